@@ -1,0 +1,74 @@
+"""Shared fixtures: peers (zarr-python 2.18 in its own virtual environment).
+
+The README's test command sets ``ZSTORES_REQUIRE_PEERS=1``: then a missing
+peer fails the test instead of skipping it, so CI cannot pass without them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REQUIRE_PEERS = os.environ.get("ZSTORES_REQUIRE_PEERS") == "1"
+
+
+def missing_peer(reason: str) -> None:
+    """Skip (on a developer's machine) or fail (under the test command)."""
+    if REQUIRE_PEERS:
+        pytest.fail(f"{reason} (ZSTORES_REQUIRE_PEERS=1 forbids skipping)")
+    pytest.skip(reason)
+
+
+class Zarr2:
+    """Runs Python code in the zarr-python 2.18 environment.
+
+    ``run(code, **args)`` executes ``code`` with ``args`` bound as globals
+    (JSON-serializable values) and returns whatever it assigned to ``result``
+    (JSON), so a test can drive zarr-python 2 and check its answer.
+    """
+
+    def __init__(self, python: str) -> None:
+        self.python = python
+
+    def run(self, code: str, **args: object) -> object:
+        program = (
+            "import json, sys\n"
+            "globals().update(json.loads(sys.argv[1]))\n"
+            "result = None\n"
+            + textwrap.dedent(code)
+            + "\nprint('\\n__RESULT__' + json.dumps(result))\n"
+        )
+        done = subprocess.run(
+            [self.python, "-c", program, json.dumps(args, default=str)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"zarr-python 2 code failed:\n{done.stdout}\n{done.stderr}")
+        return json.loads(done.stdout.rsplit("__RESULT__", 1)[1])
+
+
+@pytest.fixture(scope="session")
+def zarr2() -> Zarr2:
+    """zarr-python 2.18 in the interpreter named by ``ZSTORES_ZARR2_PYTHON``."""
+    python = os.environ.get("ZSTORES_ZARR2_PYTHON")
+    if not python:
+        missing_peer("ZSTORES_ZARR2_PYTHON is not set: no zarr-python 2.18 environment")
+    check = subprocess.run(
+        [python, "-c", "import zarr; print(zarr.__version__)"], capture_output=True, text=True
+    )
+    if check.returncode != 0 or not check.stdout.startswith("2.18"):
+        missing_peer(f"{python} has no zarr-python 2.18: {check.stdout}{check.stderr}")
+    return Zarr2(python)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"zstores peers: ZSTORES_ZARR2_PYTHON={os.environ.get('ZSTORES_ZARR2_PYTHON')!r}, python {sys.version.split()[0]}"

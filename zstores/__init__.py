@@ -1,0 +1,47 @@
+"""zstores: Zarr key/value stores for every backend, behind one API.
+
+Everything public is re-exported here; nothing else lives in this module.
+
+>>> import zstores
+>>> store = zstores.MemoryStore()
+>>> store["foo/.zgroup"] = b'{"zarr_format": 2}'
+>>> store.listdir("foo")
+['.zgroup']
+"""
+
+from __future__ import annotations
+
+from .base import MODES, Store
+from .errors import (
+    InvalidKeyError,
+    KeyConflictError,
+    ReadOnlyError,
+    StoreClosedError,
+    StoreConnectionError,
+    StoreExistsError,
+    StoreNotFoundError,
+    UnsupportedOperationError,
+    ValueTooLargeError,
+    ZStoresError,
+)
+from .keys import normalize_storage_path
+from .stores.memory import MemoryStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MODES",
+    "InvalidKeyError",
+    "KeyConflictError",
+    "MemoryStore",
+    "ReadOnlyError",
+    "Store",
+    "StoreClosedError",
+    "StoreConnectionError",
+    "StoreExistsError",
+    "StoreNotFoundError",
+    "UnsupportedOperationError",
+    "ValueTooLargeError",
+    "ZStoresError",
+    "normalize_storage_path",
+]

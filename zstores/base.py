@@ -1,0 +1,516 @@
+"""The one abstract base class every store derives from.
+
+``Store`` does the shared work once: its public methods check that the store
+is open and writable, normalize and check keys (``keys.py``), coerce values to
+bytes and enforce the backend's value limit.  A backend implements four small
+primitives::
+
+    _get(key) -> bytes          raise KeyError when missing
+    _set(key, value)            value is bytes or a 1-d byte memoryview
+    _delete(key)                raise KeyError when missing
+    _list_prefix(prefix)        every key that starts with prefix ("" or "x/")
+
+and inherits a correct (if slower) fallback for everything else.  It overrides
+a fast path only where its engine offers one: ``_get_range``, ``_get_many``,
+``_set_many``, ``_delete_many``, ``_contains``, ``_listdir``, ``_rmdir``,
+``_getsize_key``, ``_getsize_prefix``, ``_rename_key``, ``_rename_prefix``,
+``_len``, ``_clear``.  Keys reaching a primitive are already normalized and
+values already coerced, so a backend never repeats those checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from typing import Any, ClassVar, Literal
+
+from .errors import (
+    InvalidKeyError,
+    ReadOnlyError,
+    StoreClosedError,
+    StoreExistsError,
+    StoreNotFoundError,
+    ValueTooLargeError,
+)
+from .keys import child_name, normalize_key, normalize_storage_path, prefix_of
+
+__all__ = ["Store", "Mode", "MODES", "to_buffer", "children_by_seek"]
+
+Mode = Literal["r", "r+", "a", "w", "w-"]
+
+MODES: dict[str, str] = {
+    "r": "read-only; the store must exist",
+    "r+": "read-write; the store must exist",
+    "a": "read-write; created if missing",
+    "w": "read-write; created, and cleared if it exists",
+    "w-": "read-write; created, and an error if it exists",
+}
+
+# After unpickling, a store reopens the location it was created at: it must
+# neither clear it again ("w") nor refuse it for existing ("w-").
+_MODE_AFTER_PICKLE = {"r": "r", "r+": "r+", "a": "a", "w": "r+", "w-": "r+"}
+
+Buffer = bytes | memoryview
+
+
+def check_mode(mode: str) -> str:
+    """Return ``mode`` if it is one of ``MODES``, else raise ``ValueError``."""
+    if mode not in MODES:
+        known = ", ".join(f"{m!r} ({meaning})" for m, meaning in MODES.items())
+        raise ValueError(f"invalid mode {mode!r}; expected one of {known}")
+    return mode
+
+
+def to_buffer(value: Any) -> Buffer:
+    """Coerce a value to ``bytes`` or a 1-d byte ``memoryview`` without copying.
+
+    Anything with the buffer protocol is accepted; its bytes are stored in
+    memory order, as numcodecs does for C- and Fortran-ordered arrays.
+
+    Raises
+    ------
+    TypeError
+        If the value does not support the buffer protocol (``str``, ``int`` ...).
+    ValueError
+        If the buffer is not contiguous in memory.
+    """
+    if type(value) is bytes:
+        return value
+    try:
+        view = memoryview(value)
+    except TypeError:
+        raise TypeError(
+            "a store value must support the buffer protocol (bytes, bytearray, "
+            f"memoryview, numpy array), not {type(value).__name__}"
+        ) from None
+    if view.c_contiguous:
+        return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+    if view.contiguous:
+        return view.tobytes(order="A")
+    raise ValueError(
+        f"a store value must be contiguous in memory; this {type(value).__name__} "
+        "is a strided view (copy it first, e.g. numpy.ascontiguousarray)"
+    )
+
+
+def children_by_seek(prefix: str, first_key_from: Callable[[str], str | None]) -> list[str]:
+    """List the direct children of ``prefix`` in a sorted key space by seeking.
+
+    ``first_key_from(lower)`` returns the smallest key that is ``>= lower`` and
+    starts with ``prefix``, or ``None``.  After finding a child ``c`` the scan
+    jumps past every key under ``prefix + c + "/"`` (the successor of ``/`` is
+    ``0``), so the cost grows with the number of children, not of keys.
+    """
+    children: list[str] = []
+    key = first_key_from(prefix)
+    while key is not None:
+        name = child_name(key, prefix)
+        if not children or children[-1] != name:
+            children.append(name)
+        if len(key) == len(prefix) + len(name):
+            # A plain key: children under the same name (if any) come next.
+            key = first_key_from(prefix + name + "/")
+        else:
+            key = first_key_from(prefix + name + "0")
+    return children
+
+
+class Store(MutableMapping[str, bytes]):
+    """A Zarr key/value store: a ``MutableMapping[str, bytes]`` with extras.
+
+    Parameters
+    ----------
+    mode : {"r", "r+", "a", "w", "w-"}
+        ``"r"`` read-only, ``"r+"`` read-write on an existing store, ``"a"``
+        read-write creating it if needed (default), ``"w"`` create and clear,
+        ``"w-"`` create and fail if it exists.
+
+    Examples
+    --------
+    A backend needs four primitives; everything else is inherited:
+
+    >>> class DictStore(Store):
+    ...     def __init__(self, *, mode="a"):
+    ...         super().__init__(mode=mode)
+    ...         self._data = {}
+    ...     def _get(self, key): return self._data[key]
+    ...     def _set(self, key, value): self._data[key] = bytes(value)
+    ...     def _delete(self, key): del self._data[key]
+    ...     def _list_prefix(self, prefix):
+    ...         return [k for k in self._data if k.startswith(prefix)]
+    >>> s = DictStore()
+    >>> s["foo/bar/0.0"] = b"abc"
+    >>> s.listdir("foo"), s.getsize(), s.get_range("foo/bar/0.0", 1)
+    (['bar'], 3, b'bc')
+    """
+
+    #: Byte-range reads fetch only the range (otherwise the whole value is read).
+    supports_range_reads: ClassVar[bool] = False
+    #: Several processes may write to the same location at once.
+    supports_process_writers: ClassVar[bool] = False
+    #: Keys can be deleted (and so overwritten without growing without bound).
+    supports_deletes: ClassVar[bool] = True
+    #: The largest value in bytes, or None for no limit below memory.
+    max_value_size: ClassVar[int | None] = None
+    #: Data outlives the store object (False for in-memory stores).
+    persistent: ClassVar[bool] = True
+    #: A key cannot also be a prefix (``a`` and ``a/b``): folders, zip paths.
+    hierarchical: ClassVar[bool] = False
+
+    def __init__(self, *, mode: Mode = "a") -> None:
+        self._mode = check_mode(mode)
+        self._closed = False
+
+    # ------------------------------------------------------------ primitives
+    def _get(self, key: str) -> bytes:
+        raise NotImplementedError
+
+    def _set(self, key: str, value: Buffer) -> None:
+        raise NotImplementedError
+
+    def _delete(self, key: str) -> None:
+        raise NotImplementedError
+
+    def _list_prefix(self, prefix: str) -> Iterable[str]:
+        raise NotImplementedError
+
+    # --------------------------------------------- fast paths with fallbacks
+    def _contains(self, key: str) -> bool:
+        try:
+            self._get(key)
+        except KeyError:
+            return False
+        return True
+
+    def _get_range(self, key: str, start: int, length: int | None) -> bytes:
+        """Bytes ``start .. start+length`` of a value; negative ``start`` counts from the end."""
+        value = self._get(key)
+        stop = None if length is None else _range_stop(start, length, len(value))
+        return value[start:stop]
+
+    def _get_many(self, keys: list[str]) -> dict[str, bytes]:
+        found = {}
+        for key in keys:
+            try:
+                found[key] = self._get(key)
+            except KeyError:
+                pass
+        return found
+
+    def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
+        for key, value in items:
+            self._set(key, value)
+
+    def _delete_many(self, keys: list[str]) -> None:
+        for key in keys:
+            try:
+                self._delete(key)
+            except KeyError:
+                pass
+
+    def _listdir(self, prefix: str) -> Iterable[str]:
+        return {child_name(key, prefix) for key in self._list_prefix(prefix)}
+
+    def _rmdir(self, prefix: str) -> None:
+        self._delete_many(list(self._list_prefix(prefix)))
+
+    def _getsize_key(self, key: str) -> int:
+        return len(self._get(key))
+
+    def _getsize_prefix(self, prefix: str) -> int:
+        return sum(self._getsize_key(key) for key in self._list_prefix(prefix))
+
+    def _rename_key(self, src: str, dst: str) -> None:
+        self._set(dst, self._get(src))
+        self._delete(src)
+
+    def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
+        # Copy everything before deleting anything: a crash part-way leaves
+        # duplicates, never a lost value.
+        keys = list(self._list_prefix(src_prefix))
+        for key in keys:
+            self._set(dst_prefix + key[len(src_prefix):], self._get(key))
+        self._delete_many(keys)
+
+    def _len(self) -> int:
+        return sum(1 for _ in self._list_prefix(""))
+
+    def _clear(self) -> None:
+        self._rmdir("")
+
+    def _close(self) -> None:
+        """Release the backend's resources; called once."""
+
+    def _location(self) -> Any:
+        """What identifies the stored data: equal for two handles on it."""
+        return id(self)
+
+    def _describe(self) -> str:
+        """The location as shown by ``repr`` (never a password)."""
+        return ""
+
+    def _params(self) -> dict[str, Any]:
+        """Constructor keyword arguments that reopen this store (for pickle)."""
+        return {}
+
+    def _key(self, key: str) -> str:
+        """Normalize a caller's key; backends with extra rules extend this."""
+        return normalize_key(key)
+
+    # ------------------------------------------------------- helpers for init
+    def _check_existence(self, exists: bool) -> None:
+        """Apply the mode's rule about an existing store; call before creating."""
+        if not exists and self._mode in ("r", "r+"):
+            raise StoreNotFoundError(
+                f"no store at {self._describe()}: mode {self._mode!r} requires an "
+                "existing store (mode 'a' creates it)"
+            )
+        if exists and self._mode == "w-":
+            raise StoreExistsError(
+                f"a store already exists at {self._describe()} and mode 'w-' refuses "
+                "to overwrite it (mode 'w' clears it, mode 'a' opens it)"
+            )
+
+    def _clear_if_mode_w(self) -> None:
+        """Clear the freshly opened store when the mode is ``"w"``."""
+        if self._mode == "w":
+            self._clear()
+
+    # ------------------------------------------------------------ properties
+    @property
+    def mode(self) -> str:
+        """The mode the store was opened with."""
+        return self._mode
+
+    @property
+    def read_only(self) -> bool:
+        """True when the store refuses writes (mode ``"r"``)."""
+        return self._mode == "r"
+
+    @property
+    def closed(self) -> bool:
+        """True after ``close()``."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self!r} is closed")
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self!r} is closed")
+        if self._mode == "r":
+            raise ReadOnlyError(f"{self!r} is read-only (opened with mode 'r')")
+
+    def _value(self, key: str, value: Any) -> Buffer:
+        buffer = to_buffer(value)
+        limit = self.max_value_size
+        if limit is not None and len(buffer) > limit:
+            raise ValueTooLargeError(
+                f"value for key {key!r} is {len(buffer)} bytes; "
+                f"{type(self).__name__} holds at most {limit} bytes per value"
+            )
+        return buffer
+
+    # ----------------------------------------------------- mapping interface
+    def __getitem__(self, key: str) -> bytes:
+        if self._closed:
+            self._check_open()
+        return self._get(self._key(key))
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._check_writable()
+        key = self._key(key)
+        self._set(key, self._value(key, value))
+
+    def __delitem__(self, key: str) -> None:
+        self._check_writable()
+        self._delete(self._key(key))
+
+    def __contains__(self, key: object) -> bool:
+        self._check_open()
+        try:
+            key = self._key(key)  # type: ignore[arg-type]
+        except (InvalidKeyError, TypeError):
+            return False  # a key that cannot be stored is not in the store
+        return self._contains(key)
+
+    def __iter__(self) -> Iterator[str]:
+        self._check_open()
+        return iter(self._list_prefix(""))
+
+    def __len__(self) -> int:
+        self._check_open()
+        return self._len()
+
+    def update(self, other: Any = (), /, **kwargs: Any) -> None:  # type: ignore[override]
+        """Set many keys at once, as one batch (see ``setitems``)."""
+        items = dict(other.items() if isinstance(other, Mapping) else other)
+        items.update(kwargs)
+        self.setitems(items)
+
+    def clear(self) -> None:
+        """Delete every key."""
+        self._check_writable()
+        self._clear()
+
+    # ---------------------------------------------------------------- extras
+    def get_range(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        """Read part of a value without fetching all of it where the backend allows.
+
+        Parameters
+        ----------
+        key : str
+            The key.
+        start : int
+            First byte; negative counts from the end (``-n`` is the last n bytes).
+        length : int or None
+            Number of bytes; ``None`` reads to the end.  The range is clipped to
+            the value as a Python slice is.
+
+        Raises
+        ------
+        KeyError
+            If the key is missing.
+        ValueError
+            If ``length`` is negative.
+        """
+        self._check_open()
+        if length is not None and length < 0:
+            raise ValueError(f"length must be >= 0 or None, not {length}")
+        return self._get_range(self._key(key), int(start), length)
+
+    def getitems(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """Values of the keys that exist, keyed as asked; missing keys are left out."""
+        self._check_open()
+        asked = {key: self._key(key) for key in keys}
+        found = self._get_many(list(dict.fromkeys(asked.values())))
+        return {key: found[norm] for key, norm in asked.items() if norm in found}
+
+    def setitems(self, values: Mapping[str, Any]) -> None:
+        """Set many keys in one transaction or round trip where the backend allows."""
+        self._check_writable()
+        items = {}
+        for key, value in values.items():
+            key = self._key(key)
+            items[key] = self._value(key, value)
+        self._set_many(list(items.items()))
+
+    def delitems(self, keys: Iterable[str]) -> None:
+        """Delete many keys at once; keys that do not exist are ignored."""
+        self._check_writable()
+        self._delete_many(list(dict.fromkeys(self._key(key) for key in keys)))
+
+    def listdir(self, path: str = "") -> list[str]:
+        """Sorted names of the keys and sub-prefixes directly under ``path``."""
+        self._check_open()
+        return sorted(self._listdir(prefix_of(normalize_storage_path(path))))
+
+    def rmdir(self, path: str = "") -> None:
+        """Delete every key under ``path`` (the whole store for ``""``)."""
+        self._check_writable()
+        path = normalize_storage_path(path)
+        if path:
+            self._rmdir(prefix_of(path))
+        else:
+            self._clear()
+
+    def getsize(self, path: str = "") -> int:
+        """Size of the value at ``path``, or the total under the prefix; 0 if absent."""
+        self._check_open()
+        path = normalize_storage_path(path)
+        if path and self._contains(path):
+            return self._getsize_key(path)
+        return self._getsize_prefix(prefix_of(path))
+
+    def rename(self, src_path: str, dst_path: str) -> None:
+        """Move a key, or every key under a prefix, to a new name.
+
+        Existing keys at the destination are overwritten.
+
+        Raises
+        ------
+        KeyError
+            If nothing exists at ``src_path``.
+        InvalidKeyError
+            If either path is the root or ``dst_path`` lies inside ``src_path``.
+        """
+        self._check_writable()
+        src, dst = normalize_key(src_path), normalize_key(dst_path)
+        if src == dst:
+            if not (self._contains(src) or self._listdir(prefix_of(src))):
+                raise KeyError(src_path)
+            return
+        if dst.startswith(src + "/"):
+            raise InvalidKeyError(
+                f"cannot rename {src!r} to {dst!r}: the destination lies inside the source"
+            )
+        src, dst = self._key(src), self._key(dst)
+        moved = False
+        if self._contains(src):
+            self._rename_key(src, dst)
+            moved = True
+        if any(True for _ in self._listdir(prefix_of(src))):
+            self._rename_prefix(prefix_of(src), prefix_of(dst))
+            moved = True
+        if not moved:
+            raise KeyError(src_path)
+
+    # --------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Release the backend's resources; calling it again does nothing."""
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown; nothing to report to
+            pass
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        mode = _MODE_AFTER_PICKLE[self._mode]
+        if self.persistent:
+            return (_reopen, (type(self), self._params(), mode))
+        data = dict(self.items())
+        return (_reopen_with_data, (type(self), self._params(), mode, data))
+
+    def __repr__(self) -> str:
+        where = self._describe()
+        where = f"{where!r}, " if where else ""
+        return f"{type(self).__name__}({where}mode={self._mode!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(self) is not type(other):
+            return NotImplemented
+        return self._location() == other._location()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._location()))
+
+
+def _range_stop(start: int, length: int, size: int) -> int:
+    first = start if start >= 0 else max(size + start, 0)
+    return first + length
+
+
+def _reopen(cls: type[Store], params: dict[str, Any], mode: str) -> Store:
+    return cls(**params, mode=mode)
+
+
+def _reopen_with_data(
+    cls: type[Store], params: dict[str, Any], mode: str, data: dict[str, bytes]
+) -> Store:
+    writable_mode = "a" if mode == "r" else mode
+    store = cls(**params, mode=writable_mode)
+    store.setitems(data)
+    store._mode = mode
+    return store

@@ -1,0 +1,1 @@
+"""One module per backend; each subclasses ``zstores.base.Store``."""

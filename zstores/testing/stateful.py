@@ -1,0 +1,154 @@
+"""A hypothesis state machine that drives a store and a dict with the same operations.
+
+Keys are built so that no key is ever also a prefix of another key (every
+key ends in a *leaf* name, every prefix is made of *folder* names, and the
+two sets are disjoint), which lets hierarchical stores take part unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+
+if TYPE_CHECKING:
+    import pytest
+
+    from .store_tests import StoreTests
+
+FOLDERS = ["a", "b", "c", "cc", "a_b", "axb", "%", "A", "é"]
+LEAVES = [".zarray", "0.0", "1.2", "x", "x_", "*", "[z]", "É"]
+
+folder_paths = st.lists(st.sampled_from(FOLDERS), min_size=1, max_size=3).map("/".join)
+keys = st.builds(
+    lambda folders, leaf: "/".join([*folders, leaf]),
+    st.lists(st.sampled_from(FOLDERS), min_size=0, max_size=3),
+    st.sampled_from(LEAVES),
+)
+values = st.binary(max_size=40)
+
+
+def run_stateful_test(tests: StoreTests, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Run the state machine for the store that ``tests.open_store`` opens."""
+    counter = itertools.count()
+    canonical = tests.canonical_key
+
+    class StoreMatchesDict(RuleBasedStateMachine):
+        @initialize()
+        def open(self) -> None:
+            location = tmp_path_factory.mktemp("stateful") / f"store{next(counter)}"
+            self.store = tests.open_store(location, mode="w")
+            self.model: dict[str, bytes] = {}
+
+        def teardown(self) -> None:
+            store = getattr(self, "store", None)
+            if store is not None:
+                store.close()
+
+        @rule(key=keys, value=values)
+        def set(self, key: str, value: bytes) -> None:
+            self.store[key] = value
+            self.model[canonical(key)] = value
+
+        @rule(key=keys)
+        def get(self, key: str) -> None:
+            expected = self.model.get(canonical(key))
+            assert self.store.get(key) == expected
+            assert (key in self.store) == (expected is not None)
+
+        @rule(key=keys)
+        def delete(self, key: str) -> None:
+            if canonical(key) in self.model:
+                del self.store[key]
+                del self.model[canonical(key)]
+            else:
+                try:
+                    del self.store[key]
+                except KeyError:
+                    pass
+                else:
+                    raise AssertionError(f"deleting missing key {key!r} did not raise KeyError")
+
+        @rule(items=st.dictionaries(keys, values, max_size=5))
+        def setitems(self, items: dict[str, bytes]) -> None:
+            self.store.setitems(items)
+            self.model.update({canonical(k): v for k, v in items.items()})
+
+        @rule(batch=st.lists(keys, max_size=5))
+        def getitems(self, batch: list[str]) -> None:
+            expected = {k: self.model[canonical(k)] for k in batch if canonical(k) in self.model}
+            assert self.store.getitems(batch) == expected
+
+        @rule(batch=st.lists(keys, max_size=5))
+        def delitems(self, batch: list[str]) -> None:
+            self.store.delitems(batch)
+            for key in batch:
+                self.model.pop(canonical(key), None)
+
+        @rule(path=folder_paths)
+        def rmdir(self, path: str) -> None:
+            self.store.rmdir(path)
+            self.model = {k: v for k, v in self.model.items() if not k.startswith(path + "/")}
+
+        @rule(path=st.one_of(st.just(""), folder_paths))
+        def listdir(self, path: str) -> None:
+            prefix = path + "/" if path else ""
+            expected = {k[len(prefix):].split("/")[0] for k in self.model if k.startswith(prefix)}
+            assert self.store.listdir(path) == sorted(expected)
+
+        @rule(path=st.one_of(st.just(""), folder_paths, keys))
+        def getsize(self, path: str) -> None:
+            path = canonical(path)
+            if path in self.model:
+                expected = len(self.model[path])
+            else:
+                prefix = path + "/" if path else ""
+                expected = sum(len(v) for k, v in self.model.items() if k.startswith(prefix))
+            assert self.store.getsize(path) == expected
+
+        @rule(key=keys, start=st.integers(-50, 50), length=st.one_of(st.none(), st.integers(0, 50)))
+        def get_range(self, key: str, start: int, length: int | None) -> None:
+            value = self.model.get(canonical(key))
+            if value is None:
+                return
+            first = start if start >= 0 else max(len(value) + start, 0)
+            stop = None if length is None else first + length
+            assert self.store.get_range(key, start, length) == value[start:stop]
+
+        @rule(src=keys, dst=keys)
+        def rename_key(self, src: str, dst: str) -> None:
+            src, dst = canonical(src), canonical(dst)
+            if src not in self.model or src == dst:
+                return
+            self.store.rename(src, dst)
+            self.model[dst] = self.model.pop(src)
+
+        @rule(src=folder_paths, dst=folder_paths)
+        def rename_prefix(self, src: str, dst: str) -> None:
+            moved = {k: v for k, v in self.model.items() if k.startswith(src + "/")}
+            if not moved or src == dst or dst.startswith(src + "/"):
+                return
+            self.store.rename(src, dst)
+            for key, value in moved.items():
+                del self.model[key]
+            for key, value in moved.items():
+                self.model[dst + key[len(src):]] = value
+
+        @invariant()
+        def same_keys(self) -> None:
+            if hasattr(self, "store"):
+                assert sorted(self.store) == sorted(self.model)
+                assert len(self.store) == len(self.model)
+
+    run_state_machine_as_test(
+        StoreMatchesDict,
+        settings=settings(
+            max_examples=25,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )

@@ -1,0 +1,636 @@
+"""``StoreTests``: the behaviour every ``zstores.Store`` must show."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ..base import Store
+from ..errors import (
+    InvalidKeyError,
+    KeyConflictError,
+    ReadOnlyError,
+    StoreClosedError,
+    StoreExistsError,
+    StoreNotFoundError,
+    UnsupportedOperationError,
+    ValueTooLargeError,
+)
+from .stateful import run_stateful_test
+from .workers import value_for, write_keys
+
+MiB = 1 << 20
+
+INVALID_KEYS = {
+    "": "empty",
+    "/": "empty",
+    "//": "empty",
+    ".": "'.' or '..'",
+    "..": "'.' or '..'",
+    "a/./b": "'.' or '..'",
+    "a/../b": "'.' or '..'",
+    "../escape": "'.' or '..'",
+    "a/..": "'.' or '..'",
+    "a\x00b": "NUL",
+}
+
+# Names that broke zarr-python 2: SQL LIKE and glob wildcards, shared prefixes,
+# case, a prefix whose children repeat its characters (str.lstrip renames).
+TRICKY_NAMES = ["c", "cc", "c.d", "a_b", "axb", "p%q", "p*q", "p?q", "p[q]", "Case", "case"]
+
+
+class StoreTests:
+    """Conformance tests; subclass with ``open_store(location, mode)``.
+
+    Override ``canonical_key`` when the backend stores a key under another
+    spelling (NestedDirectoryStore writes chunk ``0.1`` as ``0/1``).
+    """
+
+    # ----------------------------------------------------------- to override
+    def open_store(self, location: Path, mode: str = "a") -> Store:
+        """Open the store at ``location`` (a fresh path per test) with ``mode``."""
+        raise NotImplementedError("subclasses of StoreTests implement open_store")
+
+    def canonical_key(self, key: str) -> str:
+        """How the store lists ``key`` (identity for almost every store)."""
+        return key
+
+    # -------------------------------------------------------------- fixtures
+    @pytest.fixture
+    def location(self, tmp_path: Path) -> Path:
+        return tmp_path / "store"
+
+    @pytest.fixture
+    def store(self, location: Path) -> Iterator[Store]:
+        store = self.open_store(location, mode="w")
+        yield store
+        store.close()
+
+    # --------------------------------------------------------------- helpers
+    def reopen(self, store: Store, location: Path, mode: str = "r") -> Store:
+        store.close()
+        return self.open_store(location, mode=mode)
+
+    def requires_persistence(self, store: Store) -> None:
+        if not store.persistent:
+            pytest.skip(f"{type(store).__name__} declares persistent=False")
+
+    def fill(self, store: Store, keys: list[str]) -> dict[str, bytes]:
+        values = {key: f"value of {key}".encode() for key in keys}
+        for key, value in values.items():
+            store[key] = value
+        return {self.canonical_key(k): v for k, v in values.items()}
+
+    def listed(self, store: Store) -> dict[str, bytes]:
+        return {key: store[key] for key in store}
+
+    # ------------------------------------------------------- mapping basics
+    def test_new_store_is_empty(self, store: Store) -> None:
+        assert len(store) == 0
+        assert list(store) == []
+        assert store.listdir() == []
+        assert store.getsize() == 0
+        assert "a" not in store
+
+    @pytest.mark.parametrize(
+        "key",
+        [".zgroup", "foo/.zarray", "foo/bar/0.0", "a/b/c/d/e/f", "données/ü", "with space", "x-y_z"],
+    )
+    def test_set_get_delete(self, store: Store, key: str) -> None:
+        store[key] = b"hello"
+        assert store[key] == b"hello"
+        assert type(store[key]) is bytes
+        assert key in store
+        assert list(store) == [self.canonical_key(key)]
+        assert len(store) == 1
+        store[key] = b"world!"
+        assert store[key] == b"world!"
+        del store[key]
+        assert key not in store
+        assert len(store) == 0
+        with pytest.raises(KeyError):
+            store[key]
+
+    def test_missing_key_raises_key_error_naming_it(self, store: Store) -> None:
+        with pytest.raises(KeyError) as info:
+            store["foo/missing"]
+        assert "missing" in str(info.value)
+        with pytest.raises(KeyError):
+            del store["foo/missing"]
+        assert store.get("foo/missing") is None
+        assert store.get("foo/missing", b"x") == b"x"
+
+    def test_iteration_and_len(self, store: Store) -> None:
+        expected = self.fill(store, ["a", "b/c", "b/d/e", ".zattrs"])
+        assert sorted(store) == sorted(expected)
+        assert len(store) == 4
+        assert sorted(store.keys()) == sorted(expected)
+        assert dict(store.items()) == expected
+        assert sorted(store.values()) == sorted(expected.values())
+
+    def test_mutable_mapping_methods(self, store: Store) -> None:
+        store.update({"a": b"1", "b/c": b"2"}, d=b"3")
+        assert self.listed(store) == {"a": b"1", "b/c": b"2", "d": b"3"}
+        assert store.pop("a") == b"1"
+        assert store.pop("a", None) is None
+        with pytest.raises(KeyError):
+            store.pop("a")
+        assert store.setdefault("e", b"5") == b"5"
+        assert store.setdefault("e", b"6") == b"5"
+        key, value = store.popitem()
+        assert key not in store
+        assert len(store) == 2
+        store.update([("x", b"7")])
+        assert store["x"] == b"7"
+
+    def test_bytes_like_values(self, store: Store) -> None:
+        c_order = np.arange(12, dtype="<i4").reshape(3, 4)
+        f_order = np.asfortranarray(c_order)
+        values = {
+            "bytes": b"abc",
+            "bytearray": bytearray(b"def"),
+            "memoryview": memoryview(b"ghij")[1:],
+            "numpy": c_order,
+            "numpy_f": f_order,
+            "numpy_scalar": np.float64(1.5),
+            "empty": b"",
+        }
+        for key, value in values.items():
+            store[key] = value
+        assert store["bytes"] == b"abc"
+        assert store["bytearray"] == b"def"
+        assert store["memoryview"] == b"hij"
+        assert store["numpy"] == c_order.tobytes()
+        assert store["numpy_f"] == f_order.tobytes(order="F")  # memory order
+        assert store["numpy_scalar"] == np.float64(1.5).tobytes()
+        assert store["empty"] == b""
+        for key in values:
+            assert type(store[key]) is bytes
+
+    def test_stored_value_does_not_alias_caller_buffer(self, store: Store) -> None:
+        buffer = bytearray(b"original")
+        store["k"] = buffer
+        buffer[:] = b"changed!"
+        assert store["k"] == b"original"
+
+    @pytest.mark.parametrize("value", ["text", 42, None, 1.5, [1, 2], {"a": 1}, object()])
+    def test_non_buffer_values_raise_type_error(self, store: Store, value: object) -> None:
+        with pytest.raises(TypeError, match=type(value).__name__):
+            store["k"] = value
+        assert "k" not in store
+        with pytest.raises(TypeError):
+            store.setitems({"ok": b"1", "k": value})
+        assert len(store) == 0
+
+    def test_strided_value_raises_value_error(self, store: Store) -> None:
+        strided = np.arange(10)[::2]
+        with pytest.raises(ValueError, match="contiguous"):
+            store["k"] = strided
+        assert "k" not in store
+
+    # ------------------------------------------------------------------ keys
+    @pytest.mark.parametrize(
+        "given, normal",
+        [("\\a\\b", "a/b"), ("/a//b/", "a/b"), ("a///b", "a/b"), ("//x", "x")],
+    )
+    def test_keys_are_normalized(self, store: Store, given: str, normal: str) -> None:
+        store[given] = b"v"
+        assert list(store) == [normal]
+        assert store[normal] == b"v"
+        assert given in store
+        del store[given]
+        assert len(store) == 0
+
+    @pytest.mark.parametrize("key, rule", sorted(INVALID_KEYS.items()))
+    def test_invalid_keys_raise(self, store: Store, key: str, rule: str) -> None:
+        with pytest.raises(InvalidKeyError, match=rule) as info:
+            store[key] = b"v"
+        assert repr(key.strip("/")) in str(info.value) or repr(key) in str(info.value)
+        with pytest.raises(InvalidKeyError):
+            store[key]
+        with pytest.raises(InvalidKeyError):
+            del store[key]
+        with pytest.raises(InvalidKeyError):
+            store.setitems({"fine": b"1", key: b"2"})
+        with pytest.raises(InvalidKeyError):
+            store.get_range(key)
+        assert key not in store
+        assert len(store) == 0
+
+    @pytest.mark.parametrize("key", [5, None, b"bytes", ("a",)])
+    def test_non_string_keys_raise_type_error(self, store: Store, key: object) -> None:
+        with pytest.raises(TypeError):
+            store[key] = b"v"  # type: ignore[index]
+        with pytest.raises(TypeError):
+            store[key]  # type: ignore[index]
+        assert key not in store
+        assert len(store) == 0
+
+    def test_key_and_prefix_of_same_name(self, store: Store) -> None:
+        store["a"] = b"key"
+        if store.hierarchical:
+            with pytest.raises(KeyConflictError, match="'a/b'"):
+                store["a/b"] = b"child"
+            assert self.listed(store) == {"a": b"key"}
+            del store["a"]
+            store["a/b"] = b"child"
+            with pytest.raises(KeyConflictError, match="'a'"):
+                store["a"] = b"key"
+            assert self.listed(store) == {"a/b": b"child"}
+        else:
+            store["a/b"] = b"child"
+            assert self.listed(store) == {"a": b"key", "a/b": b"child"}
+            assert store.listdir() == ["a"]
+            assert store.listdir("a") == ["b"]
+
+    # ----------------------------------------------------------- value sizes
+    def test_zero_byte_value(self, store: Store) -> None:
+        store["zero"] = b""
+        assert store["zero"] == b""
+        assert "zero" in store
+        assert store.getsize("zero") == 0
+        assert store.get_range("zero", 0, 10) == b""
+        assert store.get_range("zero", -5) == b""
+
+    @pytest.mark.slow
+    def test_64_mib_value(self, store: Store) -> None:
+        value = np.random.default_rng(0).integers(0, 256, 64 * MiB, dtype=np.uint8)
+        store["big/0.0"] = value
+        assert store.getsize("big/0.0") == 64 * MiB
+        assert store.getsize("big") == 64 * MiB
+        assert store.get_range("big/0.0", 64 * MiB - 10) == value[-10:].tobytes()
+        assert store.get_range("big/0.0", 32 * MiB, 5) == value[32 * MiB : 32 * MiB + 5].tobytes()
+        assert store["big/0.0"] == value.tobytes()
+
+    def test_declared_value_limit_is_enforced(self, store: Store) -> None:
+        limit = store.max_value_size
+        if limit is None:
+            assert store.max_value_size is None
+            return
+        if limit > 64 * MiB:
+            pytest.skip(f"max_value_size {limit} is too large to allocate in a test")
+        with pytest.raises(ValueTooLargeError, match="'over'"):
+            store["over"] = bytes(limit + 1)
+        assert "over" not in store
+
+    # ----------------------------------------------------------- range reads
+    def test_get_range(self, store: Store) -> None:
+        value = bytes(range(100))
+        store["r/0"] = value
+        cases = [
+            (0, None), (10, None), (10, 5), (0, 0), (95, 10), (100, None), (150, 5),
+            (-10, None), (-10, 3), (-1000, None), (-1000, 5), (99, 1),
+        ]
+        for start, length in cases:
+            stop = None if length is None else _slice_stop(start, length, len(value))
+            assert store.get_range("r/0", start, length) == value[start:stop], (start, length)
+        assert store.get_range("r/0") == value
+        assert type(store.get_range("r/0", 1, 2)) is bytes
+        with pytest.raises(KeyError):
+            store.get_range("r/missing", 0, 1)
+        with pytest.raises(ValueError, match="length"):
+            store.get_range("r/0", 0, -1)
+
+    # ------------------------------------------------------ prefix operations
+    def tree(self, store: Store) -> dict[str, bytes]:
+        keys = [".zgroup", "top"]
+        for name in TRICKY_NAMES:
+            keys += [f"g/{name}/.zarray", f"g/{name}/0.0", f"g/{name}/sub/x"]
+        return self.fill(store, keys)
+
+    def test_listdir(self, store: Store) -> None:
+        self.tree(store)
+        assert store.listdir() == [".zgroup", "g", "top"]
+        assert store.listdir("") == store.listdir("/") == store.listdir(None)  # type: ignore[arg-type]
+        assert store.listdir("g") == sorted(TRICKY_NAMES)
+        assert store.listdir("/g/") == sorted(TRICKY_NAMES)
+        for name in TRICKY_NAMES:
+            children = sorted([".zarray", self.canonical_key("0.0").split("/")[0], "sub"])
+            assert store.listdir(f"g/{name}") == children, name
+            assert store.listdir(f"g/{name}/sub") == ["x"]
+        assert store.listdir("g/c/.zarray") == []
+        assert store.listdir("missing") == []
+        assert store.listdir("g/c_") == []
+
+    def test_rmdir(self, store: Store) -> None:
+        expected = self.tree(store)
+        for name in ["c", "a_b", "p%q", "p*q", "p[q]", "case"]:
+            store.rmdir(f"g/{name}")
+            expected = {k: v for k, v in expected.items() if not k.startswith(f"g/{name}/")}
+            assert self.listed(store) == expected, name
+        store.rmdir("g/missing")
+        store.rmdir("g/cc/sub")
+        expected = {k: v for k, v in expected.items() if not k.startswith("g/cc/sub/")}
+        assert self.listed(store) == expected
+        assert store.listdir("g/cc") == sorted([".zarray", self.canonical_key("0.0").split("/")[0]])
+        store.rmdir()
+        assert len(store) == 0
+
+    def test_getsize(self, store: Store) -> None:
+        expected = self.tree(store)
+        assert store.getsize() == sum(len(v) for v in expected.values())
+        assert store.getsize("top") == len(expected["top"])
+        for name in TRICKY_NAMES:
+            under = [v for k, v in expected.items() if k.startswith(f"g/{name}/")]
+            assert store.getsize(f"g/{name}") == sum(map(len, under)), name
+        assert store.getsize("missing") == 0
+        assert store.getsize("g/c_") == 0
+
+    def test_rename_key(self, store: Store) -> None:
+        store["a/x"] = b"1"
+        store["b/y"] = b"2"
+        store.rename("a/x", "a/z")
+        assert self.listed(store) == {"a/z": b"1", "b/y": b"2"}
+        store.rename("a/z", "b/y")  # overwrites
+        assert self.listed(store) == {"b/y": b"1"}
+        store.rename("b/y", "new/deep/key")
+        assert self.listed(store) == {"new/deep/key": b"1"}
+
+    def test_rename_prefix(self, store: Store) -> None:
+        # Children repeat the prefix's own characters: str.lstrip would mangle them.
+        self.fill(store, ["abc/abc/x", "abc/cba", "abc/a", "abcd/x", "ab/x"])
+        store.rename("abc", "xyz")
+        assert self.listed(store) == {
+            "xyz/abc/x": b"value of abc/abc/x",
+            "xyz/cba": b"value of abc/cba",
+            "xyz/a": b"value of abc/a",
+            "abcd/x": b"value of abcd/x",
+            "ab/x": b"value of ab/x",
+        }
+        store.rename("xyz/abc", "moved/deeper")
+        assert store["moved/deeper/x"] == b"value of abc/abc/x"
+        assert store.listdir("xyz") == ["a", "cba"]
+
+    def test_rename_wildcard_prefix(self, store: Store) -> None:
+        self.fill(store, ["a_b/x", "axb/x", "a%/x", "aZ/x"])
+        store.rename("a_b", "q")
+        store.rename("a%", "r")
+        assert sorted(store) == ["aZ/x", "axb/x", "q/x", "r/x"]
+
+    def test_rename_errors(self, store: Store) -> None:
+        store["a/b"] = b"1"
+        with pytest.raises(KeyError):
+            store.rename("missing", "other")
+        with pytest.raises(InvalidKeyError, match="inside"):
+            store.rename("a", "a/inner")
+        with pytest.raises(InvalidKeyError):
+            store.rename("", "x")
+        with pytest.raises(InvalidKeyError):
+            store.rename("a", "../x")
+        store.rename("a/b", "a/b")
+        assert self.listed(store) == {"a/b": b"1"}
+
+    def test_clear(self, store: Store) -> None:
+        self.tree(store)
+        store.clear()
+        assert len(store) == 0
+        assert store.listdir() == []
+        store["after"] = b"1"
+        assert list(store) == ["after"]
+
+    # --------------------------------------------------------------- batches
+    def test_getitems(self, store: Store) -> None:
+        expected = self.fill(store, ["a", "b/c", "b/d"])
+        got = store.getitems(["a", "b/c", "missing", "b/missing", "a"])
+        assert got == {"a": expected["a"], "b/c": expected["b/c"]}
+        assert all(type(v) is bytes for v in got.values())
+        assert store.getitems([]) == {}
+        assert store.getitems(["/a"]) == {"/a": expected["a"]}
+
+    def test_setitems_and_delitems(self, store: Store) -> None:
+        values = {f"batch/{i}": bytes([i]) * i for i in range(50)}
+        store.setitems(values)
+        assert self.listed(store) == {self.canonical_key(k): v for k, v in values.items()}
+        store.delitems([f"batch/{i}" for i in range(0, 50, 2)] + ["batch/missing"])
+        assert sorted(store) == sorted(self.canonical_key(f"batch/{i}") for i in range(1, 50, 2))
+        store.setitems({})
+        store.delitems([])
+
+    # --------------------------------------------------------------- modes
+    def test_invalid_mode(self, location: Path) -> None:
+        with pytest.raises(ValueError, match="'x'"):
+            self.open_store(location, mode="x")
+
+    def test_read_only_refuses_every_write(self, store: Store, location: Path) -> None:
+        self.fill(store, ["a", "b/c"])
+        if store.persistent:
+            store = self.reopen(store, location, mode="r")
+        else:
+            store._mode = "r"  # an in-memory store cannot be reopened: flip it
+        before = self.listed(store)
+        assert store.read_only
+        writes = [
+            lambda: store.__setitem__("a", b"x"),
+            lambda: store.__setitem__("new", b"x"),
+            lambda: store.__delitem__("a"),
+            lambda: store.__delitem__("missing"),
+            lambda: store.setitems({"a": b"x"}),
+            lambda: store.delitems(["a"]),
+            lambda: store.rmdir("b"),
+            lambda: store.rmdir(),
+            lambda: store.rename("a", "z"),
+            lambda: store.clear(),
+            lambda: store.pop("a"),
+            lambda: store.popitem(),
+            lambda: store.setdefault("new", b"x"),
+            lambda: store.update({"a": b"x"}),
+        ]
+        for write in writes:
+            with pytest.raises(ReadOnlyError, match="read-only"):
+                write()
+        with pytest.raises(PermissionError):
+            store["a"] = b"x"
+        assert self.listed(store) == before
+        store.close()
+
+    def test_modes_on_existing_and_missing_store(self, store: Store, location: Path) -> None:
+        self.requires_persistence(store)
+        store["k"] = b"v"
+        store.close()
+        with self.open_store(location, mode="a") as again:
+            assert again["k"] == b"v"
+        with self.open_store(location, mode="r+") as again:
+            assert again["k"] == b"v"
+            again["k2"] = b"v2"
+        with pytest.raises(StoreExistsError):
+            self.open_store(location, mode="w-")
+        with self.open_store(location, mode="w") as again:
+            assert len(again) == 0
+        missing = location.with_name(location.name + "-missing")
+        for mode in ("r", "r+"):
+            with pytest.raises(StoreNotFoundError):
+                self.open_store(missing, mode=mode)
+        with self.open_store(missing, mode="w-") as created:
+            created["x"] = b"1"
+
+    def test_persistence(self, store: Store, location: Path) -> None:
+        self.requires_persistence(store)
+        expected = self.tree(store)
+        store = self.reopen(store, location, mode="r")
+        assert self.listed(store) == expected
+        store.close()
+
+    # ------------------------------------------------------------- lifecycle
+    def test_close_is_idempotent_and_final(self, store: Store) -> None:
+        store["k"] = b"v"
+        store.close()
+        store.close()
+        assert store.closed
+        for call in [
+            lambda: store["k"],
+            lambda: store.__setitem__("k", b"v"),
+            lambda: "k" in store,
+            lambda: list(store),
+            lambda: store.listdir(),
+            lambda: store.getitems(["k"]),
+        ]:
+            with pytest.raises(StoreClosedError, match="closed"):
+                call()
+
+    def test_context_manager(self, location: Path) -> None:
+        with self.open_store(location, mode="w") as store:
+            store["k"] = b"v"
+        assert store.closed
+
+    def test_pickle(self, store: Store, location: Path) -> None:
+        expected = self.tree(store)
+        if store.persistent:
+            store = self.reopen(store, location, mode="r")
+        clone = pickle.loads(pickle.dumps(store))
+        try:
+            assert type(clone) is type(store)
+            assert clone.read_only == store.read_only
+            assert self.listed(clone) == expected
+            if store.persistent:
+                assert clone == store
+        finally:
+            clone.close()
+            store.close()
+
+    def test_repr_names_backend(self, store: Store) -> None:
+        text = repr(store)
+        assert type(store).__name__ in text
+        assert "mode=" in text
+
+    def test_equality(self, store: Store, location: Path) -> None:
+        assert store == store
+        other_location = location.with_name(location.name + "-other")
+        with self.open_store(other_location, mode="w") as other:
+            assert store != other
+        if store.persistent:
+            store["k"] = b"v"
+            store.close()
+            with self.open_store(location, mode="r") as first, self.open_store(location, mode="r") as second:
+                assert first == second
+                assert hash(first) == hash(second)
+
+    # ------------------------------------------------------------ hierarchy
+    def test_zarr_hierarchy_functions(self, store: Store) -> None:
+        from .. import hierarchy
+
+        hierarchy.init_group(store)
+        hierarchy.init_group(store, path="grp")
+        hierarchy.init_array(store, shape=(10, 10), chunks=(5, 5), dtype="<f8", path="grp/arr")
+        assert hierarchy.contains_group(store)
+        assert hierarchy.contains_group(store, "grp")
+        assert hierarchy.contains_array(store, "grp/arr")
+        assert not hierarchy.contains_array(store, "grp")
+        assert hierarchy.listdir(store, "grp") == ["arr"]
+        assert hierarchy.getsize(store, "grp/arr") == store.getsize("grp/arr")
+        hierarchy.rename(store, "grp/arr", "grp/moved")
+        assert hierarchy.contains_array(store, "grp/moved")
+        hierarchy.rmdir(store, "grp/moved")
+        assert not hierarchy.contains_array(store, "grp/moved")
+
+    # ------------------------------------------------------------------ scale
+    @pytest.mark.slow
+    def test_100000_keys(self, store: Store) -> None:
+        count = 100_000
+        names = [f"k{i:06d}" for i in range(count)]
+        store.setitems({f"many/{name}": b"x" for name in names})
+        store["other"] = b"y"
+        assert len(store) == count + 1
+        assert store.listdir("many") == names
+        assert store.listdir() == ["many", "other"]
+        assert store.getsize("many") == count
+        assert store.getitems(["many/k000000", "many/k099999"]) == {
+            "many/k000000": b"x",
+            "many/k099999": b"x",
+        }
+        store.rmdir("many")
+        assert list(store) == ["other"]
+
+    # ------------------------------------------------------------ concurrency
+    def test_threads_write_and_read(self, store: Store) -> None:
+        errors: list[BaseException] = []
+        sizes = [value_for(w, 0) for w in range(8)]
+
+        def work(writer: int) -> None:
+            try:
+                for index in range(40):
+                    store[f"t{writer}/k{index}"] = value_for(writer, index)
+                    store["shared"] = value_for(writer, 0)
+                    seen = store["shared"]
+                    assert seen in sizes, "torn value under concurrent writes"
+                    assert store[f"t{writer}/k{index}"] == value_for(writer, index)
+                    store.listdir()
+            except BaseException as error:  # noqa: BLE001 - reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not errors, errors[0]
+        for writer in range(8):
+            for index in range(40):
+                assert store[f"t{writer}/k{index}"] == value_for(writer, index)
+        assert store["shared"] in sizes
+
+    def test_processes_write_concurrently(self, store: Store) -> None:
+        if not store.supports_process_writers:
+            pytest.skip(f"{type(store).__name__} declares supports_process_writers=False")
+        context = multiprocessing.get_context("spawn")
+        writers, count = 3, 40
+        with context.Pool(writers) as pool:
+            done = pool.starmap(write_keys, [(store, w, count, "shared") for w in range(writers)])
+        assert done == [count] * writers
+        for writer in range(writers):
+            for index in range(count):
+                assert store[f"w{writer}/k{index}"] == value_for(writer, index)
+        assert store["shared"] in [value_for(w, 0) for w in range(writers)]
+        assert len(store) == writers * count + 1
+
+    # ------------------------------------------------------------- declared
+    def test_capability_flags_are_declared(self, store: Store) -> None:
+        for flag in ("supports_range_reads", "supports_process_writers", "supports_deletes",
+                     "persistent", "hierarchical"):
+            assert isinstance(getattr(store, flag), bool), flag
+        assert store.max_value_size is None or store.max_value_size > 0
+
+    def test_store_without_deletes_refuses_them(self, store: Store) -> None:
+        if store.supports_deletes:
+            store["k"] = b"v"
+            del store["k"]
+            assert "k" not in store
+            return
+        store["k"] = b"v"
+        with pytest.raises(UnsupportedOperationError):
+            del store["k"]
+        assert store["k"] == b"v"
+
+    # ------------------------------------------------------------- stateful
+    def test_stateful_against_dict(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        run_stateful_test(self, tmp_path_factory)
+
+
+def _slice_stop(start: int, length: int, size: int) -> int:
+    first = start if start >= 0 else max(size + start, 0)
+    return first + length
