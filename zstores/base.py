@@ -96,22 +96,21 @@ def children_by_seek(prefix: str, first_key_from: Callable[[str], str | None]) -
     """List the direct children of ``prefix`` in a sorted key space by seeking.
 
     ``first_key_from(lower)`` returns the smallest key that is ``>= lower`` and
-    starts with ``prefix``, or ``None``.  After finding a child ``c`` the scan
-    jumps past every key under ``prefix + c + "/"`` (the successor of ``/`` is
-    ``0``), so the cost grows with the number of children, not of keys.
+    starts with ``prefix``, or ``None``.  After finding a child folder ``c`` the
+    scan jumps past every key under ``prefix + c + "/"`` (the successor of ``/``
+    is ``0``), so the cost grows with the number of children, not of keys.
+    Names come back unique but not sorted (``a.b`` sorts between ``a`` and ``a/x``).
     """
-    children: list[str] = []
+    children: dict[str, None] = {}
     key = first_key_from(prefix)
     while key is not None:
         name = child_name(key, prefix)
-        if not children or children[-1] != name:
-            children.append(name)
+        children[name] = None
         if len(key) == len(prefix) + len(name):
-            # A plain key: children under the same name (if any) come next.
-            key = first_key_from(prefix + name + "/")
+            key = first_key_from(key + "\x00")  # a plain key: the very next key
         else:
             key = first_key_from(prefix + name + "0")
-    return children
+    return list(children)
 
 
 class Store(MutableMapping[str, bytes]):

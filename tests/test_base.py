@@ -1,0 +1,96 @@
+"""The base class's own machinery, checked on a minimal backend."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+from zstores import MemoryStore, Store
+from zstores.base import children_by_seek, to_buffer
+from zstores.errors import ValueTooLargeError
+
+
+class TinyStore(MemoryStore):
+    max_value_size = 8
+
+
+def test_to_buffer_is_zero_copy_for_contiguous_buffers():
+    data = bytearray(b"abcdef")
+    view = to_buffer(data)
+    assert isinstance(view, memoryview) and view.obj is data
+    array = np.arange(6, dtype="<i2").reshape(2, 3)
+    assert to_buffer(array).nbytes == 12
+    assert to_buffer(b"x") == b"x"
+    assert to_buffer(np.asfortranarray(array)) == np.asfortranarray(array).tobytes(order="F")
+
+
+def test_value_limit_names_key_and_limit():
+    store = TinyStore()
+    store["ok"] = b"12345678"
+    with pytest.raises(ValueTooLargeError, match=r"'big'.*9 bytes.*at most 8"):
+        store["big"] = b"123456789"
+    with pytest.raises(ValueTooLargeError):
+        store.setitems({"a": b"1", "b": bytes(9)})
+    assert sorted(store) == ["ok"]
+
+
+@pytest.mark.parametrize("mode", ["x", "rw", "", None])
+def test_invalid_mode_lists_the_valid_ones(mode):
+    with pytest.raises(ValueError, match=r"'r\+'.*'w-'"):
+        MemoryStore(mode=mode)
+
+
+def test_children_by_seek_matches_a_scan():
+    keys = sorted(["a", "a/b", "a/b/c", "a.b", "a0", "ab/x", "ab/y/z", "b", "b/", "c/d/e"])
+    keys = [k for k in keys if not k.endswith("/")]
+
+    def first_from(prefix):
+        def first(lower):
+            for key in keys:
+                if key >= lower and key.startswith(prefix):
+                    return key
+            return None
+        return first
+
+    for prefix in ["", "a/", "ab/", "c/", "c/d/", "zz/"]:
+        expected = sorted({k[len(prefix):].split("/")[0] for k in keys if k.startswith(prefix)})
+        assert sorted(children_by_seek(prefix, first_from(prefix))) == expected, prefix
+
+
+def test_pickle_of_mode_w_reopens_without_clearing():
+    store = MemoryStore(mode="w")
+    store["k"] = b"v"
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone["k"] == b"v" and clone.mode == "r+"
+    read_only = MemoryStore(mode="r")
+    assert pickle.loads(pickle.dumps(read_only)).read_only
+
+
+def test_subclass_with_only_primitives_works():
+    class ListStore(Store):
+        def __init__(self, *, mode="a"):
+            super().__init__(mode=mode)
+            self.items_ = {}
+
+        def _get(self, key):
+            return self.items_[key]
+
+        def _set(self, key, value):
+            self.items_[key] = bytes(value)
+
+        def _delete(self, key):
+            del self.items_[key]
+
+        def _list_prefix(self, prefix):
+            return [k for k in list(self.items_) if k.startswith(prefix)]
+
+    store = ListStore()
+    store.setitems({"a/b": b"12", "a/c/d": b"345", "e": b"6"})
+    assert store.listdir() == ["a", "e"]
+    assert store.getsize("a") == 5
+    assert store.get_range("a/c/d", -2) == b"45"
+    store.rename("a", "z")
+    assert sorted(store) == ["e", "z/b", "z/c/d"]
+    store.rmdir("z")
+    assert list(store) == ["e"]
+    assert len(store) == 1
