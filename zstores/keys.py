@@ -75,6 +75,19 @@ def normalize_key(key: str) -> str:
     >>> normalize_key("/foo/bar/.zarray")
     'foo/bar/.zarray'
     """
+    if (
+        key.__class__ is str
+        and key
+        and key[0] not in "/."
+        and key[-1] != "/"
+        and "/." not in key
+        and "//" not in key
+        and "\\" not in key
+        and "\x00" not in key
+    ):
+        # Already normal, and no segment can be '.' or '..': every store call
+        # passes here, so the common case costs a few substring tests.
+        return key
     if not isinstance(key, str):
         raise TypeError(f"a key must be a str, not {type(key).__name__}")
     normalized = normalize_storage_path(key)

@@ -1,0 +1,124 @@
+#!/usr/bin/env python
+"""Store throughput side by side: zstores, zarr-python 2.18, and the raw library.
+
+Every figure comes from fresh worker processes (``bench_worker.py``): zstores
+and the raw library in this interpreter, zarr-python 2.18 in the interpreter
+named by ``--zarr2-python`` (default ``.venv-zarr2/bin/python``).  The three
+run in turn, round after round, so background load hits them alike; the table
+shows the median of the rounds and ratios of medians (above 1.0 = zstores is
+faster).
+
+    .venv/bin/python scripts/bench_stores.py              # print the table
+    .venv/bin/python scripts/bench_stores.py --record     # and write docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "scripts" / "bench_worker.py"
+BACKENDS = ["memory", "directory", "nested", "zip", "dbm", "lmdb", "sqlite"]
+IMPLS = ["zstores", "zarr2", "raw"]
+# (value size, number of keys); size 1 is the listdir-of-many-tiny-keys figure.
+WORKLOADS = [(64 << 10, 1000), (1 << 20, 100), (1, 100_000)]
+MARK_BEGIN = "<!-- bench_stores:begin -->"
+MARK_END = "<!-- bench_stores:end -->"
+
+
+def run_worker(python: str, impl: str, backend: str, size: int, count: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(dir=ROOT / ".bench") as workdir:
+        done = subprocess.run(
+            [python, str(WORKER), impl, backend, workdir, str(size), str(count)],
+            capture_output=True, text=True, cwd=ROOT, timeout=1800,
+        )
+    if done.returncode != 0:
+        print(f"  {impl}/{backend}/{size} failed: {done.stderr.strip().splitlines()[-1:]}",
+              file=sys.stderr)
+        return {}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(args: argparse.Namespace) -> dict[tuple, float]:
+    """Median seconds per (backend, size, op, impl)."""
+    pythons = {"zstores": sys.executable, "raw": sys.executable, "zarr2": args.zarr2_python}
+    samples: dict[tuple, list[float]] = {}
+    for backend in args.backends:
+        for size, count in WORKLOADS:
+            if size == 1 and backend == "memory":
+                continue  # an in-memory store cannot be filled by another process
+            for round_ in range(args.rounds):
+                for impl in IMPLS:
+                    results = run_worker(pythons[impl], impl, backend, size, count)
+                    for op, seconds in results.items():
+                        samples.setdefault((backend, size, count, op, impl), []).append(seconds)
+                print(f"  {backend} {size_label(size)} round {round_ + 1}/{args.rounds}",
+                      file=sys.stderr, flush=True)
+    return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def size_label(size: int) -> str:
+    if size == 1:
+        return "tiny"
+    return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+
+
+def table(medians: dict[tuple, float], rounds: int) -> str:
+    lines = [
+        f"Keys per second, median of {rounds} rounds; ratios are zstores' speed over the "
+        "other's (above 1.0: zstores is faster).",
+        "",
+        "| backend | values | op | keys | zstores | zarr 2.18 | raw library | vs zarr 2.18 | vs raw |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    rows = sorted({key[:4] for key in medians}, key=lambda k: (BACKENDS.index(k[0]), -k[1], k[3]))
+    for backend, size, count, op in rows:
+        seconds = {impl: medians.get((backend, size, count, op, impl)) for impl in IMPLS}
+        rate = {impl: (count / s if s else None) for impl, s in seconds.items()}
+        ours = seconds["zstores"]
+
+        def ratio(other: str) -> str:
+            theirs = seconds[other]
+            return f"{theirs / ours:.2f}x" if ours and theirs else "n/a"
+
+        cells = [f"{rate[i]:,.0f}" if rate[i] else "n/a" for i in IMPLS]
+        lines.append(
+            f"| {backend} | {size_label(size)} | {op} | {count:,} | {' | '.join(cells)} | "
+            f"{ratio('zarr2')} | {ratio('raw')} |"
+        )
+    return "\n".join(lines)
+
+
+def record(text: str) -> None:
+    path = ROOT / "docs" / "benchmarks.md"
+    document = path.read_text() if path.exists() else f"# Benchmarks\n\n{MARK_BEGIN}\n{MARK_END}\n"
+    if MARK_BEGIN not in document:
+        document += f"\n{MARK_BEGIN}\n{MARK_END}\n"
+    head, rest = document.split(MARK_BEGIN, 1)
+    tail = rest.split(MARK_END, 1)[1]
+    path.write_text(f"{head}{MARK_BEGIN}\n{text}\n{MARK_END}{tail}")
+    print(f"recorded in {path}", file=sys.stderr)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", nargs="+", default=BACKENDS, choices=BACKENDS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--zarr2-python", default=str(ROOT / ".venv-zarr2" / "bin" / "python"))
+    parser.add_argument("--record", action="store_true", help="write the table to docs/benchmarks.md")
+    args = parser.parse_args()
+    (ROOT / ".bench").mkdir(exist_ok=True)
+    text = table(measure(args), args.rounds)
+    print(text)
+    if args.record:
+        record(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,379 @@
+"""One benchmark run in one process: time each operation on one fresh store.
+
+Run by ``bench_stores.py`` (never by hand, though it works by hand)::
+
+    python bench_worker.py IMPL BACKEND WORKDIR VALUE_SIZE COUNT
+
+IMPL is ``zstores`` (our store), ``zarr2`` (zarr-python 2.18's store of the
+same backend; run it with the zarr 2 environment's interpreter) or ``raw``
+(the backend's own library used directly: the anchor).  Prints one JSON object
+``{operation: seconds}`` on stdout.  Operations: ``set`` and ``get`` (COUNT
+single-key calls), ``setitems`` and ``getitems`` (one batch call of COUNT
+keys), ``listdir`` (listing a prefix of COUNT keys).  VALUE_SIZE 1 selects the
+many-tiny-keys figure: only ``listdir``, on COUNT keys written beforehand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+
+def timed(function) -> float:
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
+# ------------------------------------------------------------------ the stores
+def open_zstores(backend: str, path: str, mode: str = "w"):
+    import dbm.dumb
+
+    import zstores
+
+    classes = {
+        "memory": lambda: zstores.MemoryStore(),
+        "directory": lambda: zstores.DirectoryStore(path, mode=mode),
+        "nested": lambda: zstores.NestedDirectoryStore(path, mode=mode),
+        "zip": lambda: zstores.ZipStore(path + ".zip", mode=mode),
+        "dbm": lambda: zstores.DBMStore(path + ".dbm", open=dbm.dumb.open, mode=mode),
+        "lmdb": lambda: zstores.LMDBStore(path + ".lmdb", mode=mode),
+        "sqlite": lambda: zstores.SQLiteStore(path + ".sqlite", mode=mode),
+    }
+    return classes[backend]()
+
+
+def open_zarr2(backend: str, path: str, mode: str = "w"):
+    import dbm.dumb
+
+    import zarr.storage as zs
+
+    classes = {
+        "memory": lambda: zs.MemoryStore(),
+        "directory": lambda: zs.DirectoryStore(path),
+        "nested": lambda: zs.NestedDirectoryStore(path),
+        "zip": lambda: zs.ZipStore(path + ".zip", mode=mode),
+        "dbm": lambda: zs.DBMStore(path + ".dbm", flag="n" if mode == "w" else "r",
+                                   open=dbm.dumb.open),
+        "lmdb": lambda: zs.LMDBStore(path + ".lmdb", readonly=mode == "r"),
+        "sqlite": lambda: zs.SQLiteStore(path + ".sqlite"),
+    }
+    return classes[backend]()
+
+
+def listing_of_tiny_keys(impl: str, backend: str, path: str, keys: list[str]) -> dict[str, float]:
+    """Fill a store with tiny values through zstores, then time ``listdir`` in ``impl``.
+
+    The layouts are shared, so zarr 2 and the raw library list the same data;
+    zarr 2's own writers would take minutes to make 100,000 keys (SQLite
+    commits each one).
+    """
+    with open_zstores(backend, path) as store:
+        store.setitems({f"m/{key}": b"x" for key in keys})
+    if impl == "raw":
+        return {"listdir": RAW_LISTING[backend](path)}
+    opener = open_zstores if impl == "zstores" else open_zarr2
+    store = opener(backend, path, mode="r")
+    seconds = min(timed(lambda: store.listdir("m")) for _ in range(3))
+    assert len(store.listdir("m")) == len(keys)
+    with contextlib.suppress(AttributeError):
+        store.close()
+    return {"listdir": seconds}
+
+
+def store_operations(store, keys: list[str], value: bytes, impl: str) -> dict[str, float]:
+    batch = {f"m/{key}": value for key in keys}
+    single = [f"s/{key}" for key in keys]
+
+    def set_each():
+        for key in single:
+            store[key] = value
+
+    def get_each():
+        for key in single:
+            store[key]
+
+    def setitems():
+        if hasattr(store, "setitems"):
+            store.setitems(batch)
+        else:  # zarr 2's stores have no batch write: one call per key
+            for key, item in batch.items():
+                store[key] = item
+
+    def getitems():
+        if impl == "zarr2":  # zarr 2.18's getitems wants per-key contexts
+            store.getitems(list(batch), contexts={})
+        elif hasattr(store, "getitems"):
+            store.getitems(list(batch))
+        else:
+            for key in batch:
+                store[key]
+
+    results = {
+        "set": timed(set_each),
+        "get": timed(get_each),
+        "setitems": timed(setitems),
+        "getitems": timed(getitems),
+        "listdir": timed(lambda: store.listdir("m")),
+    }
+    with contextlib.suppress(AttributeError):
+        store.close()
+    return results
+
+
+# --------------------------------------------------------- the raw libraries
+def raw_operations(backend: str, path: str, keys: list[str], value: bytes) -> dict[str, float]:
+    return RAW[backend](path, keys, value)
+
+
+def raw_directory(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+    root = Path(path)
+    for folder in ("s", "m"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+
+    def write(folder):
+        for key in keys:
+            with open(root / folder / key, "wb") as file:
+                file.write(value)
+
+    def read(folder):
+        for key in keys:
+            with open(root / folder / key, "rb") as file:
+                file.read()
+
+    return {
+        "set": timed(lambda: write("s")),
+        "get": timed(lambda: read("s")),
+        "setitems": timed(lambda: write("m")),
+        "getitems": timed(lambda: read("m")),
+        "listdir": timed(lambda: sorted(os.listdir(root / "m"))),
+    }
+
+
+def raw_lmdb(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+    import lmdb
+
+    env = lmdb.open(path + ".lmdb", map_size=1 << 36, sync=False, metasync=False)
+    single = [f"s/{k}".encode() for k in keys]
+    batch = [f"m/{k}".encode() for k in keys]
+
+    def put_each(names):
+        for name in names:
+            with env.begin(write=True) as txn:
+                txn.put(name, value)
+
+    def get_each(names):
+        for name in names:
+            with env.begin() as txn:
+                txn.get(name)
+
+    def put_all(names):
+        with env.begin(write=True) as txn:
+            for name in names:
+                txn.put(name, value)
+
+    def get_all(names):
+        with env.begin() as txn:
+            for name in names:
+                txn.get(name)
+
+    def listdir():
+        with env.begin() as txn, txn.cursor() as cursor:
+            cursor.set_range(b"m/")
+            return [k for k in cursor.iternext(values=False) if k.startswith(b"m/")]
+
+    results = {
+        "set": timed(lambda: put_each(single)),
+        "get": timed(lambda: get_each(single)),
+        "setitems": timed(lambda: put_all(batch)),
+        "getitems": timed(lambda: get_all(batch)),
+        "listdir": timed(listdir),
+    }
+    env.close()
+    return results
+
+
+def raw_sqlite(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+    db = sqlite3.connect(path + ".sqlite", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("CREATE TABLE IF NOT EXISTS zarr(k TEXT PRIMARY KEY, v BLOB)")
+    put = "INSERT OR REPLACE INTO zarr(k, v) VALUES (?, ?)"
+    get = "SELECT v FROM zarr WHERE k = ?"
+
+    def put_each():
+        for key in keys:
+            db.execute(put, (f"s/{key}", value))
+
+    def get_each():
+        for key in keys:
+            db.execute(get, (f"s/{key}",)).fetchone()
+
+    def put_all():
+        db.execute("BEGIN")
+        db.executemany(put, ((f"m/{key}", value) for key in keys))
+        db.execute("COMMIT")
+
+    def get_all():
+        for key in keys:
+            db.execute(get, (f"m/{key}",)).fetchone()
+
+    results = {
+        "set": timed(put_each),
+        "get": timed(get_each),
+        "setitems": timed(put_all),
+        "getitems": timed(get_all),
+        "listdir": timed(lambda: db.execute(
+            "SELECT k FROM zarr WHERE k >= 'm/' AND k < 'm0' ORDER BY k").fetchall()),
+    }
+    db.close()
+    return results
+
+
+def raw_zip(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+    archive = zipfile.ZipFile(path + ".zip", mode="w")
+
+    def write(folder):
+        for key in keys:
+            archive.writestr(f"{folder}/{key}", value)
+
+    def read(folder):
+        for key in keys:
+            archive.read(f"{folder}/{key}")
+
+    results = {
+        "set": timed(lambda: write("s")),
+        "get": timed(lambda: read("s")),
+        "setitems": timed(lambda: write("m")),
+        "getitems": timed(lambda: read("m")),
+        "listdir": timed(lambda: sorted(n for n in archive.namelist() if n.startswith("m/"))),
+    }
+    archive.close()
+    return results
+
+
+def raw_dbm(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+    import dbm.dumb
+
+    db = dbm.dumb.open(path + ".dbm", "n")
+
+    def write(folder):
+        for key in keys:
+            db[f"{folder}/{key}"] = value
+
+    def read(folder):
+        for key in keys:
+            db[f"{folder}/{key}"]
+
+    results = {
+        "set": timed(lambda: write("s")),
+        "get": timed(lambda: read("s")),
+        "setitems": timed(lambda: write("m")),
+        "getitems": timed(lambda: read("m")),
+        "listdir": timed(lambda: sorted(k for k in db.keys() if k.startswith(b"m/"))),
+    }
+    db.close()
+    return results
+
+
+def raw_memory(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+    data: dict[str, bytes] = {}
+
+    def write(folder):
+        for key in keys:
+            data[f"{folder}/{key}"] = bytes(value)
+
+    def read(folder):
+        for key in keys:
+            data[f"{folder}/{key}"]
+
+    return {
+        "set": timed(lambda: write("s")),
+        "get": timed(lambda: read("s")),
+        "setitems": timed(lambda: write("m")),
+        "getitems": timed(lambda: read("m")),
+        "listdir": timed(lambda: sorted(k for k in data if k.startswith("m/"))),
+    }
+
+
+def raw_listing_directory(path: str) -> float:
+    return min(timed(lambda: sorted(os.listdir(Path(path) / "m"))) for _ in range(3))
+
+
+def raw_listing_lmdb(path: str) -> float:
+    import lmdb
+
+    env = lmdb.open(path + ".lmdb", readonly=True, lock=False)
+
+    def listdir():
+        with env.begin() as txn, txn.cursor() as cursor:
+            cursor.set_range(b"m/")
+            return [k for k in cursor.iternext(values=False) if k.startswith(b"m/")]
+
+    return min(timed(listdir) for _ in range(3))
+
+
+def raw_listing_sqlite(path: str) -> float:
+    db = sqlite3.connect(path + ".sqlite")
+    query = "SELECT k FROM zarr WHERE k >= 'm/' AND k < 'm0' ORDER BY k"
+    return min(timed(lambda: db.execute(query).fetchall()) for _ in range(3))
+
+
+def raw_listing_zip(path: str) -> float:
+    def listdir():
+        with zipfile.ZipFile(path + ".zip") as archive:
+            return sorted(n for n in archive.namelist() if n.startswith("m/"))
+
+    return min(timed(listdir) for _ in range(3))
+
+
+def raw_listing_dbm(path: str) -> float:
+    import dbm.dumb
+
+    db = dbm.dumb.open(path + ".dbm", "r")
+    return min(timed(lambda: sorted(k for k in db.keys() if k.startswith(b"m/"))) for _ in range(3))
+
+
+RAW_LISTING = {
+    "directory": raw_listing_directory,
+    "nested": raw_listing_directory,
+    "lmdb": raw_listing_lmdb,
+    "sqlite": raw_listing_sqlite,
+    "zip": raw_listing_zip,
+    "dbm": raw_listing_dbm,
+}
+
+RAW = {
+    "directory": raw_directory,
+    "nested": raw_directory,
+    "lmdb": raw_lmdb,
+    "sqlite": raw_sqlite,
+    "zip": raw_zip,
+    "dbm": raw_dbm,
+    "memory": raw_memory,
+}
+
+
+def main(argv: list[str]) -> None:
+    impl, backend, workdir, size, count = argv
+    keys = [f"{i}.0" for i in range(int(count))]
+    value = os.urandom(int(size))
+    path = str(Path(workdir) / f"{impl}-{backend}")
+    if int(size) == 1:
+        results = listing_of_tiny_keys(impl, backend, path, keys)
+    elif impl == "raw":
+        results = raw_operations(backend, path, keys, value)
+    else:
+        store = open_zstores(backend, path) if impl == "zstores" else open_zarr2(backend, path)
+        results = store_operations(store, keys, value, impl)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
