@@ -24,6 +24,19 @@ from .errors import (
     ValueTooLargeError,
     ZStoresError,
 )
+from .hierarchy import (
+    ContainsArrayError,
+    ContainsGroupError,
+    contains_array,
+    contains_group,
+    getsize,
+    init_array,
+    init_group,
+    listdir,
+    migrate_1to2,
+    rename,
+    rmdir,
+)
 from .keys import normalize_storage_path
 from .stores.memory import MemoryStore
 
@@ -31,6 +44,17 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MODES",
+    "ContainsArrayError",
+    "ContainsGroupError",
+    "contains_array",
+    "contains_group",
+    "getsize",
+    "init_array",
+    "init_group",
+    "listdir",
+    "migrate_1to2",
+    "rename",
+    "rmdir",
     "InvalidKeyError",
     "KeyConflictError",
     "MemoryStore",

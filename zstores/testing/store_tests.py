@@ -541,7 +541,7 @@ class StoreTests:
         assert hierarchy.contains_group(store, "grp")
         assert hierarchy.contains_array(store, "grp/arr")
         assert not hierarchy.contains_array(store, "grp")
-        assert hierarchy.listdir(store, "grp") == ["arr"]
+        assert hierarchy.listdir(store, "grp") == [".zgroup", "arr"]
         assert hierarchy.getsize(store, "grp/arr") == store.getsize("grp/arr")
         hierarchy.rename(store, "grp/arr", "grp/moved")
         assert hierarchy.contains_array(store, "grp/moved")
