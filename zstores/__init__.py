@@ -38,7 +38,10 @@ from .hierarchy import (
     rmdir,
 )
 from .keys import normalize_storage_path
+from .stores.dbm import DBMStore
+from .stores.directory import DirectoryStore, NestedDirectoryStore
 from .stores.memory import MemoryStore
+from .stores.zip import ZipStore
 
 __version__ = "0.1.0"
 
@@ -46,6 +49,9 @@ __all__ = [
     "MODES",
     "ContainsArrayError",
     "ContainsGroupError",
+    "DBMStore",
+    "DirectoryStore",
+    "NestedDirectoryStore",
     "contains_array",
     "contains_group",
     "getsize",
@@ -66,6 +72,7 @@ __all__ = [
     "StoreNotFoundError",
     "UnsupportedOperationError",
     "ValueTooLargeError",
+    "ZipStore",
     "ZStoresError",
     "normalize_storage_path",
 ]

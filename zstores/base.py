@@ -143,7 +143,7 @@ class Store(MutableMapping[str, bytes]):
     """
 
     #: Byte-range reads fetch only the range (otherwise the whole value is read).
-    supports_range_reads: ClassVar[bool] = False
+    supports_range_reads: bool = False
     #: Several processes may write to the same location at once.
     supports_process_writers: ClassVar[bool] = False
     #: Keys can be deleted (and so overwritten without growing without bound).
@@ -418,8 +418,10 @@ class Store(MutableMapping[str, bytes]):
         """Size of the value at ``path``, or the total under the prefix; 0 if absent."""
         self._check_open()
         path = normalize_storage_path(path)
-        if path and self._contains(path):
-            return self._getsize_key(path)
+        if path:
+            path = self._key(path)
+            if self._contains(path):
+                return self._getsize_key(path)
         return self._getsize_prefix(prefix_of(path))
 
     def rename(self, src_path: str, dst_path: str) -> None:
@@ -435,7 +437,7 @@ class Store(MutableMapping[str, bytes]):
             If either path is the root or ``dst_path`` lies inside ``src_path``.
         """
         self._check_writable()
-        src, dst = normalize_key(src_path), normalize_key(dst_path)
+        src, dst = self._key(src_path), self._key(dst_path)
         if src == dst:
             if not (self._contains(src) or self._listdir(prefix_of(src))):
                 raise KeyError(src_path)
@@ -444,7 +446,6 @@ class Store(MutableMapping[str, bytes]):
             raise InvalidKeyError(
                 f"cannot rename {src!r} to {dst!r}: the destination lies inside the source"
             )
-        src, dst = self._key(src), self._key(dst)
         moved = False
         if self._contains(src):
             self._rename_key(src, dst)

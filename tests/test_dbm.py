@@ -1,0 +1,314 @@
+import base64
+import dbm
+import dbm.dumb
+import importlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from zstores.stores.dbm import DBMStore
+from zstores.testing import StoreTests
+
+PYTHON_313 = "/root/.pyenv/versions/3.13.0/bin/python"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def open_function(flavour):
+    """The flavour's ``open`` and "", or None and why it is missing."""
+    try:
+        return importlib.import_module(flavour).open, ""
+    except ImportError as error:
+        return None, f"{flavour} is missing in Python {sys.version.split()[0]}: {error}"
+
+
+class DBMStoreTests(StoreTests):
+    flavour = ""
+
+    def open_store(self, location, mode="a"):
+        return DBMStore(location, open=open_function(self.flavour)[0], mode=mode)
+
+
+# A flavour missing from this Python is not collected at all (one visible skip
+# in test_every_flavour_is_tested instead of one per harness test).
+class TestDBMStoreDumb(DBMStoreTests):
+    flavour = "dbm.dumb"
+    __test__ = open_function(flavour)[0] is not None
+
+
+class TestDBMStoreGnu(DBMStoreTests):
+    flavour = "dbm.gnu"
+    __test__ = open_function(flavour)[0] is not None
+
+
+class TestDBMStoreNdbm(DBMStoreTests):
+    flavour = "dbm.ndbm"
+    __test__ = open_function(flavour)[0] is not None
+
+
+class TestDBMStoreSqlite3(DBMStoreTests):
+    flavour = "dbm.sqlite3"
+    __test__ = open_function(flavour)[0] is not None
+
+
+FLAVOUR_TESTS = [TestDBMStoreDumb, TestDBMStoreGnu, TestDBMStoreNdbm, TestDBMStoreSqlite3]
+
+
+@pytest.mark.parametrize("tests", FLAVOUR_TESTS, ids=lambda cls: cls.flavour)
+def test_every_flavour_is_tested(tests):
+    opener, reason = open_function(tests.flavour)
+    if opener is None:
+        pytest.skip(f"{tests.__name__} not run: {reason}")
+    assert tests.__test__
+    assert "StoreTests" in [base.__name__ for base in tests.__mro__]
+
+
+# -------------------------------------------------------------- behaviour
+def test_modes_become_dbm_flags(tmp_path):
+    flags = []
+
+    def recording_open(path, flag, *args, **kwargs):
+        flags.append(flag)
+        return dbm.dumb.open(path, flag, *args, **kwargs)
+
+    path = tmp_path / "db"
+    for mode in ("w", "a", "r+", "r"):
+        DBMStore(path, open=recording_open, mode=mode).close()
+    DBMStore(tmp_path / "new", open=recording_open, mode="w-").close()
+    assert flags == ["n", "c", "w", "r", "c"]
+
+
+def test_default_open_creates_and_recognizes_the_default_flavour(tmp_path):
+    path = tmp_path / "db"
+    with DBMStore(path, mode="w") as store:
+        store["k"] = b"v"
+    flavour = dbm.whichdb(str(path))
+    assert flavour and flavour.startswith("dbm.")
+    with DBMStore(path, open=open_function(flavour)[0], mode="r") as store:
+        assert store["k"] == b"v"
+
+
+def test_keys_are_stored_as_utf8(tmp_path):
+    path = tmp_path / "db"
+    with DBMStore(path, open=dbm.dumb.open, mode="w") as store:
+        store["données/ü"] = b"1"
+        store["plain/.zarray"] = b"2"
+    with dbm.dumb.open(str(path), "r") as db:
+        assert sorted(db.keys()) == [b"donn\xc3\xa9es/\xc3\xbc", b"plain/.zarray"]
+        assert db[b"donn\xc3\xa9es/\xc3\xbc"] == b"1"
+
+
+def test_dumb_batch_delete_rewrites_the_index_once(tmp_path, monkeypatch):
+    path = tmp_path / "db"
+    store = DBMStore(path, open=dbm.dumb.open, mode="w")
+    store.setitems({f"g/{i}": b"x" for i in range(2000)})
+    store["keep"] = b"k"
+    commits = []
+    real_commit = dbm.dumb._Database._commit
+
+    def counting_commit(db):
+        commits.append(1)
+        return real_commit(db)
+
+    monkeypatch.setattr(dbm.dumb._Database, "_commit", counting_commit)
+    store.rmdir("g")
+    assert len(commits) == 1  # per-key deletes would rewrite the index 2000 times
+    store.delitems(["keep", "missing"])
+    assert len(commits) == 2
+    store.close()
+    with DBMStore(path, open=dbm.dumb.open, mode="r") as again:
+        assert len(again) == 0
+
+
+def test_one_lock_serializes_every_operation(tmp_path):
+    store = DBMStore(tmp_path / "db", open=dbm.dumb.open, mode="w")
+    store["k"] = b"v"
+    calls = []
+
+    class ProbeLock:
+        def __enter__(self):
+            calls.append("enter")
+
+        def __exit__(self, *exc):
+            calls.append("exit")
+
+    store._lock = ProbeLock()
+    operations = [
+        lambda: store["k"],
+        lambda: store.__setitem__("k", b"w"),
+        lambda: "k" in store,
+        lambda: list(store),
+        lambda: len(store),
+        lambda: store.getitems(["k"]),
+        lambda: store.setitems({"j": b"1"}),
+        lambda: store.delitems(["j"]),
+        lambda: store.__delitem__("k"),
+    ]
+    for operation in operations:
+        before = len(calls)
+        operation()
+        assert calls[before:before + 1] == ["enter"], operation
+    store._lock = threading.RLock()
+    store.close()
+
+
+# --------------------------------------------------- Python 3.13 dbm.sqlite3
+SQLITE3_SCRIPT = """
+import dbm, json, os, pickle, sys, threading, types
+
+root, path = sys.argv[1], sys.argv[2]
+# zstores' package __init__ may import numpy, which this interpreter lacks: load
+# only the package's modules the dbm store needs.
+package = types.ModuleType("zstores")
+package.__path__ = [os.path.join(root, "zstores")]
+sys.modules["zstores"] = package
+import dbm.sqlite3
+from zstores.errors import StoreExistsError, StoreNotFoundError
+from zstores.stores.dbm import DBMStore
+
+out = {}
+with DBMStore(path, open=dbm.sqlite3.open, mode="w") as store:
+    store["a/.zarray"] = b"1"
+    store["donn\\u00e9es/0"] = b"2"
+    store.setitems({"b/0.0": b"3", "b/0.1": b"4"})
+    store["a/.zarray"] = b"one"
+    del store["b/0.1"]
+    out["listdir"] = store.listdir()
+    out["listdir_b"] = store.listdir("b")
+    out["len"] = len(store)
+out["whichdb"] = dbm.whichdb(path)
+with DBMStore(path, mode="r") as store:
+    out["items"] = {key: store[key].decode() for key in sorted(store)}
+    clone = pickle.loads(pickle.dumps(store))
+    out["clone"] = sorted(clone)
+    clone.close()
+with DBMStore(path, open=dbm.sqlite3.open, mode="r+") as store:
+    statements = []
+    store._run(store._db._cx.set_trace_callback, statements.append)
+    store.setitems({f"batch/{i}": b"x" for i in range(50)})
+    out["batch statements"] = [s.split()[0] for s in statements if not s.startswith("REPLACE")]
+    store.delitems(["b/0.0", *(f"batch/{i}" for i in range(50))])
+    # The connection belongs to the thread that opened it; others use it too.
+    worker = threading.Thread(target=store.__setitem__, args=("c", b"5"))
+    worker.start()
+    worker.join()
+with dbm.sqlite3.open(path, "r") as db:
+    out["raw"] = {key.decode("utf-8"): db[key].decode() for key in db.keys()}
+try:
+    DBMStore(path, open=dbm.sqlite3.open, mode="w-")
+except StoreExistsError:
+    out["w-"] = "refused"
+try:
+    DBMStore(path + "-missing", open=dbm.sqlite3.open, mode="r")
+except StoreNotFoundError:
+    out["r missing"] = "refused"
+with DBMStore(path + "-default", mode="w") as store:
+    store["k"] = b"v"
+out["default_flavour"] = dbm.whichdb(path + "-default")
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists(PYTHON_313), reason=f"no Python 3.13 at {PYTHON_313}")
+def test_python313_dbm_sqlite3(tmp_path):
+    done = subprocess.run(
+        [PYTHON_313, "-c", SQLITE3_SCRIPT, str(ROOT), str(tmp_path / "db.sqlite")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["listdir"] == ["a", "b", "données"]
+    assert out["listdir_b"] == ["0.0"]
+    assert out["len"] == 3
+    assert out["whichdb"] == "dbm.sqlite3"
+    assert out["items"] == {"a/.zarray": "one", "b/0.0": "3", "données/0": "2"}
+    assert out["clone"] == sorted(out["items"])
+    assert out["raw"] == {"a/.zarray": "one", "c": "5", "données/0": "2"}
+    assert out["batch statements"] == ["BEGIN", "COMMIT"]  # one transaction per batch
+    assert out["w-"] == out["r missing"] == "refused"
+    assert out["default_flavour"] == "dbm.sqlite3"
+
+
+# ------------------------------------------------------------ zarr 2 compat
+ZARR2_WRITE = """
+import base64, dbm.dumb, warnings
+import numpy as np
+import zarr
+warnings.simplefilter("ignore", FutureWarning)  # DBMStore is deprecated in 2.18
+store = zarr.DBMStore(path, flag="n", open=dbm.dumb.open if explicit else None)
+root = zarr.group(store=store)
+root.attrs["title"] = "written by zarr 2"
+array = root.create_dataset("sub/arr", shape=(10, 12), chunks=(4, 5), dtype="<i4")
+array[:] = 7
+array[:] = np.arange(120, dtype="<i4").reshape(10, 12)
+array.attrs["units"] = "m"
+store.close()
+with dbm.dumb.open(path, "r") as db:
+    result = {key.decode(): base64.b64encode(db[key]).decode() for key in db.keys()}
+"""
+
+ZARR2_READ = """
+import base64, dbm.dumb, warnings
+import zarr
+warnings.simplefilter("ignore", FutureWarning)
+store = zarr.DBMStore(path, flag="r", open=dbm.dumb.open)
+root = zarr.open_group(store=store, mode="r")
+array = root["sub/arr"]
+result = {
+    "values": {key: base64.b64encode(store[key]).decode() for key in store.keys()},
+    "array": array[:].tolist(),
+    "attrs": dict(root.attrs),
+    "array_attrs": dict(array.attrs),
+}
+store.close()
+"""
+
+
+def zarr3_read_array(values, path):
+    import zarr
+    from zarr.core.buffer import cpu
+
+    memory = zarr.storage.MemoryStore({k: cpu.Buffer.from_bytes(v) for k, v in values.items()})
+    return zarr.open_array(store=memory, path=path, zarr_format=2, mode="r")[:]
+
+
+@pytest.mark.parametrize("explicit", [True, False], ids=["dbm.dumb.open", "dbm.open"])
+def test_reads_zarr2_dbmstore(tmp_path, zarr2, explicit):
+    path = tmp_path / "zarr2.db"
+    written = zarr2.run(ZARR2_WRITE, path=str(path), explicit=explicit)
+    expected = {k: base64.b64decode(v) for k, v in written.items()}
+    assert "sub/arr/.zarray" in expected
+    opener = dbm.dumb.open if explicit else dbm.open
+    with DBMStore(path, open=opener, mode="r") as store:
+        got = dict(store.items())
+        assert got == expected
+        assert store.listdir() == [".zattrs", ".zgroup", "sub"]
+    np.testing.assert_array_equal(zarr3_read_array(got, "sub/arr"), np.arange(120).reshape(10, 12))
+
+
+def test_zarr2_reads_our_dbmstore(tmp_path, zarr2):
+    import zarr
+
+    memory = {}
+    group = zarr.open_group(store=zarr.storage.MemoryStore(memory), mode="w", zarr_format=2)
+    group.attrs["title"] = "written by zstores"
+    array = group.create_array("sub/arr", shape=(10, 12), chunks=(4, 5), dtype="<i4")
+    array[:] = np.arange(120, dtype="<i4").reshape(10, 12)
+    array.attrs["units"] = "m"
+    values = {key: buf.to_bytes() for key, buf in memory.items()}
+
+    path = tmp_path / "ours.db"
+    with DBMStore(path, open=dbm.dumb.open, mode="w") as store:
+        store["junk"] = b"deleted below"
+        store.update(values)
+        del store["junk"]
+    seen = zarr2.run(ZARR2_READ, path=str(path))
+    assert {k: base64.b64decode(v) for k, v in seen["values"].items()} == values
+    assert seen["array"] == np.arange(120).reshape(10, 12).tolist()
+    assert seen["attrs"] == {"title": "written by zstores"}
+    assert seen["array_attrs"] == {"units": "m"}

@@ -1,0 +1,611 @@
+"""DirectoryStore and NestedDirectoryStore: the harness, file layout, atomicity,
+pruning, conflicts, and compatibility with zarr-python 2.18 and 3."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import re
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from zstores.errors import (
+    InvalidKeyError,
+    KeyConflictError,
+    StoreExistsError,
+    StoreNotFoundError,
+)
+from zstores.keys import is_chunk_key_segment
+from zstores.stores import directory
+from zstores.stores.directory import DirectoryStore, NestedDirectoryStore
+from zstores.testing import StoreTests
+
+STORES = [DirectoryStore, NestedDirectoryStore]
+TEMP_NAME = re.compile(r"\.zstores-tmp\.[0-9a-f]{32}")
+EXPECTED = np.arange(99, dtype="<i4").reshape(9, 11) + 1  # no zero: fill_value is 0
+
+
+def nested(key: str) -> str:
+    folder, _, last = key.rpartition("/")
+    if is_chunk_key_segment(last):
+        last = last.replace(".", "/")
+    return f"{folder}/{last}" if folder else last
+
+
+def disk_tree(root: Path) -> list[str]:
+    """Every file and folder under ``root`` (temporary files included)."""
+    found = []
+    for folder, folders, files in os.walk(root):
+        relative = os.path.relpath(folder, root)
+        found += [os.path.normpath(os.path.join(relative, name)) for name in folders + files]
+    return sorted(found)
+
+
+def stray_temp_name(seed: int = 0) -> str:
+    return f".zstores-tmp.{seed:032x}"
+
+
+# ------------------------------------------------------------------ harness
+class TestDirectoryStore(StoreTests):
+    def open_store(self, location, mode="a"):
+        return DirectoryStore(location, mode=mode)
+
+
+class TestNestedDirectoryStore(StoreTests):
+    def open_store(self, location, mode="a"):
+        return NestedDirectoryStore(location, mode=mode)
+
+    def canonical_key(self, key):
+        return nested(key)
+
+    @pytest.mark.slow
+    def test_100000_keys(self, store) -> None:
+        # DirectoryStore runs the 100,000-key test on the same code; here the
+        # scale test goes through the chunk-key mapping instead (10,000 keys).
+        keys = [f"many/{i}.{j}" for i in range(100) for j in range(100)]
+        store.setitems({key: b"x" for key in keys})
+        assert len(store) == len(keys)
+        assert store.listdir("many") == sorted(str(i) for i in range(100))
+        assert store.listdir("many/7") == sorted(str(j) for j in range(100))
+        assert store.getsize("many") == len(keys)
+        assert store.getitems(["many/0.0", "many/99/99"]) == {"many/0.0": b"x", "many/99/99": b"x"}
+        store.rmdir("many")
+        assert len(store) == 0
+        assert os.listdir(store.path) == []
+
+
+# ------------------------------------------------------------------- layout
+@pytest.fixture(params=STORES, ids=lambda cls: cls.__name__)
+def cls(request):
+    return request.param
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "data.zarr"
+
+
+def test_keys_are_files_at_their_paths(cls, root: Path) -> None:
+    store = cls(root)
+    keys = [".zgroup", "arr/.zarray", "arr/1.2", "arr/7", "arr/c.d", "arr/1.x", "g/h/0.0.0"]
+    for key in keys:
+        store[key] = key.encode()
+    mapped = [nested(key) for key in keys] if cls is NestedDirectoryStore else keys
+    assert sorted(store) == sorted(mapped)
+    for key, path in zip(keys, mapped):
+        assert (root / path).read_bytes() == key.encode()
+    if cls is NestedDirectoryStore:
+        assert (root / "arr/1/2").is_file() and (root / "g/h/0/0/0").is_file()
+        assert store.listdir("arr") == [".zarray", "1", "1.x", "7", "c.d"]
+    else:
+        assert (root / "arr/1.2").is_file() and not (root / "arr/1").exists()
+
+
+def test_nested_mapping_applies_to_every_operation(root: Path) -> None:
+    store = NestedDirectoryStore(root)
+    store["arr/0.1"] = b"0123456789"
+    assert store["arr/0/1"] == store["arr/0.1"] == b"0123456789"
+    assert "arr/0.1" in store and "arr/0/1" in store
+    assert store.get_range("arr/0.1", -3) == b"789"
+    assert store.getsize("arr/0.1") == store.getsize("arr/0/1") == 10
+    assert store.getitems(["arr/0.1"]) == {"arr/0.1": b"0123456789"}
+    store.rename("arr/0.1", "arr/2.3")
+    assert list(store) == ["arr/2/3"]
+    assert (root / "arr/2/3").is_file()
+    store.setitems({"arr/4.5": b"a", "arr/4.6": b"b"})
+    store.delitems(["arr/4.5"])
+    del store["arr/2.3"]
+    assert list(store) == ["arr/4/6"]
+    assert store.listdir("arr") == ["4"]
+    # An intermediate segment is a group name, not a chunk index: unchanged.
+    store["arr/0.1/x"] = b"v"
+    assert (root / "arr/0.1/x").is_file()
+
+
+# ----------------------------------------------------------------- atomicity
+def test_reader_never_sees_a_torn_value(cls, root: Path) -> None:
+    store = cls(root)
+    values = [bytes([n + 1]) * size for n, size in enumerate([1, 300_000, 3_000_000, 70_000])]
+    valid = set(values)
+    store["arr/0.0"] = values[0]
+    stop = threading.Event()
+    problems: list[str] = []
+    reads = [0]
+
+    def read() -> None:
+        while not stop.is_set():
+            value = store["arr/0.0"]
+            if value not in valid:
+                problems.append(f"torn value: {len(value)} bytes")
+                return
+            tail = store.get_range("arr/0.0", -5)
+            if len(set(tail)) != 1:
+                problems.append(f"torn range {tail!r}")
+                return
+            reads[0] += 1
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.monotonic() + 1.0
+    writes = 0
+    try:
+        while time.monotonic() < deadline and not problems:
+            store["arr/0.0"] = values[writes % len(values)]
+            writes += 1
+    finally:
+        stop.set()
+        reader.join()
+    assert not problems, problems[0]
+    assert reads[0] > 10 and writes > 10
+    assert [name for name in disk_tree(root) if TEMP_NAME.search(name)] == []
+
+
+def test_write_goes_through_a_fixed_length_temp_file_in_the_same_folder(
+    cls, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = cls(root)
+    replaced: list[tuple[str, str]] = []
+    real_replace = os.replace
+
+    def spy(src, dst):
+        replaced.append((os.fspath(src), os.fspath(dst)))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    long_name = "n" * 255
+    store[f"deep/folder/{long_name}"] = b"v"
+    (src, dst), = replaced
+    assert os.path.dirname(src) == os.path.dirname(dst) == str(root / "deep/folder")
+    assert TEMP_NAME.fullmatch(os.path.basename(src))
+    assert store[f"deep/folder/{long_name}"] == b"v"
+
+
+def test_failed_write_keeps_old_value_and_leaves_nothing(
+    cls, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = cls(root)
+    store["a/k"] = b"old value"
+    before = disk_tree(root)
+    real_write = os.write
+
+    def write_half_then_fail(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", write_half_then_fail)
+    with pytest.raises(OSError, match="No space"):
+        store["a/k"] = b"a new value that will not fit"
+    with pytest.raises(OSError, match="No space"):
+        store["new/deep/k"] = b"another value"
+    monkeypatch.undo()
+    assert store["a/k"] == b"old value"
+    assert disk_tree(root) == before  # no temporary file, no new folder
+
+
+def test_stray_temp_files_are_invisible(cls, root: Path) -> None:
+    store = cls(root)
+    store["a/b"] = b"12345"
+    store["c"] = b"1"
+    for folder in ["", "a", "ghost", "ghost/deeper"]:
+        (root / folder).mkdir(exist_ok=True)
+        (root / folder / stray_temp_name(len(folder))).write_bytes(b"half-written")
+    assert sorted(store) == ["a/b", "c"]
+    assert len(store) == 2
+    assert store.listdir() == ["a", "c"]  # "ghost" holds no key
+    assert store.listdir("a") == ["b"]
+    assert store.listdir("ghost") == []
+    assert store.getsize() == 6 and store.getsize("a") == 5 and store.getsize("ghost") == 0
+    assert store.getitems(["a/b", "ghost"]) == {"a/b": b"12345"}
+    assert stray_temp_name(0) not in store
+    with pytest.raises(InvalidKeyError, match="reserved"):
+        store[stray_temp_name(0)]
+    # A folder holding only temporary files is not a prefix: the key may take its place.
+    store["ghost"] = b"key now"
+    assert store["ghost"] == b"key now"
+    store.rmdir("a")
+    assert not (root / "a").exists()
+    with cls(root, mode="r") as reader:
+        assert sorted(reader) == ["c", "ghost"]
+    store.clear()
+    assert root.is_dir() and os.listdir(root) == []
+
+
+def test_temp_file_names_are_reserved(cls, root: Path) -> None:
+    store = cls(root)
+    for key in [stray_temp_name(7), f"a/{stray_temp_name(1)}", f"a/{stray_temp_name(2)}/b"]:
+        with pytest.raises(InvalidKeyError, match="reserved") as info:
+            store[key] = b"v"
+        assert repr(key) in str(info.value)
+        assert key not in store
+    allowed = [".zstores-tmp.short", ".zstores-tmp." + "A" * 32, ".zstores-tmp." + "0" * 33]
+    for key in allowed:
+        store[key] = b"ok"
+    assert sorted(store) == sorted(allowed)
+    assert len(os.listdir(root)) == 3
+
+
+def test_segment_longer_than_name_max(cls, root: Path) -> None:
+    store = cls(root)
+    store["a" * 255] = b"fits"
+    store["g/" + "é" * 127 + "x"] = b"fits"  # 255 bytes of UTF-8
+    for key in ["b" * 256, "g/" + "é" * 128, "g/" + "c" * 300 + "/k"]:
+        with pytest.raises(InvalidKeyError, match="255 bytes") as info:
+            store[key] = b"v"
+        assert repr(key) in str(info.value)
+        assert key not in store
+        with pytest.raises(InvalidKeyError):
+            store[key]
+    assert len(store) == 2
+
+
+# ------------------------------------------------------------------ pruning
+def test_deleting_the_last_key_prunes_empty_folders(cls, root: Path) -> None:
+    store = cls(root)
+    store["a/b/c/d"] = b"1"
+    store["a/x"] = b"2"
+    del store["a/b/c/d"]
+    assert disk_tree(root) == ["a", "a/x"]
+    store.pop("a/x")
+    assert root.is_dir() and os.listdir(root) == []
+
+    store.setitems({"g/h/i/k1": b"1", "g/h/i/k2": b"2", "g/j": b"3"})
+    store.delitems(["g/h/i/k1", "g/h/i/k2"])
+    assert disk_tree(root) == ["g", "g/j"]
+    store.rename("g/j", "p/q/r")
+    assert disk_tree(root) == ["p", "p/q", "p/q/r"]
+    store.rename("p/q", "s/t")
+    assert disk_tree(root) == ["s", "s/t", "s/t/r"]
+    store["u/v"] = b"4"
+    store.rmdir("s/t")
+    assert disk_tree(root) == ["u", "u/v"]
+    assert store.listdir() == ["u"]
+
+
+def test_writer_and_pruner_race_in_the_same_folder(cls, root: Path) -> None:
+    store = cls(root)
+    errors: list[BaseException] = []
+    deadline = time.monotonic() + 1.0
+
+    def churn(name: str) -> None:
+        index = 0
+        try:
+            while time.monotonic() < deadline:
+                key = f"p/q/r/{name}{index}"
+                value = f"{name}{index}".encode()
+                store[key] = value
+                assert store[key] == value
+                del store[key]
+                index += 1
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=churn, args=(name,)) for name in "abcd"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, repr(errors[0])
+    assert len(store) == 0
+    assert os.listdir(root) == []
+
+
+def test_write_retries_when_a_prune_removes_its_folder(
+    cls, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worst interleavings of the race above, made deterministic: a
+    # concurrent delete prunes the folder right after the writer created it,
+    # and a concurrent clear removes the temporary file before its rename.
+    store = cls(root)
+    real_makedirs, real_replace = os.makedirs, os.replace
+    pruned, cleared = [], []
+
+    def makedirs_then_pruned(path, *args, **kwargs):
+        real_makedirs(path, *args, **kwargs)
+        if not pruned:
+            pruned.append(path)
+            os.rmdir(path)  # p/q, then p: empty, as a pruner finds them
+            os.rmdir(os.path.dirname(path))
+
+    def replace_after_clear(src, dst):
+        if not cleared:
+            cleared.append(src)
+            os.unlink(src)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "makedirs", makedirs_then_pruned)
+    store["p/q/k"] = b"1"
+    assert pruned and store["p/q/k"] == b"1"
+    monkeypatch.setattr(os, "replace", replace_after_clear)
+    store["p/q/k"] = b"2"
+    assert cleared and store["p/q/k"] == b"2"
+    monkeypatch.undo()
+    assert [name for name in disk_tree(root) if TEMP_NAME.search(name)] == []
+
+
+# ---------------------------------------------------------------- conflicts
+def test_conflicts_name_both_keys_and_change_nothing(cls, root: Path) -> None:
+    store = cls(root)
+    store.setitems({"a": b"file", "x/y/z": b"deep", "k": b"v"})
+    before = disk_tree(root)
+    attempts = [
+        (lambda: store.__setitem__("a/b/c", b"v"), ["'a/b/c'", "'a'"]),
+        (lambda: store.__setitem__("x", b"v"), ["'x'", "'x/y/z'"]),
+        (lambda: store.__setitem__("x/y", b"v"), ["'x/y'", "'x/y/z'"]),
+        (lambda: store.setitems({"a/q": b"v"}), ["'a/q'", "'a'"]),
+        (lambda: store.rename("k", "a/k"), ["'a/k'", "'a'"]),
+        (lambda: store.rename("k", "x/y"), ["'x/y'", "'x/y/z'"]),
+        (lambda: store.rename("x", "a"), ["'a'"]),
+        (lambda: store.rename("x", "a/inner"), ["'a'"]),
+    ]
+    for attempt, names in attempts:
+        with pytest.raises(KeyConflictError) as info:
+            attempt()
+        for name in names:
+            assert name in str(info.value), (name, str(info.value))
+        assert disk_tree(root) == before
+
+
+def test_merging_rename_refuses_before_moving_anything(cls, root: Path) -> None:
+    store = cls(root)
+    store.setitems({"src/one": b"1", "src/two/x": b"2", "dst/two": b"3", "dst/other": b"4"})
+    before = disk_tree(root)
+    with pytest.raises(KeyConflictError, match="'dst/two'"):
+        store.rename("src", "dst")
+    assert disk_tree(root) == before
+    del store["dst/two"]
+    store.rename("src", "dst")
+    assert dict(store.items()) == {"dst/one": b"1", "dst/two/x": b"2", "dst/other": b"4"}
+    assert not (root / "src").exists()
+
+
+def test_reading_a_folder_is_a_missing_key(cls, root: Path) -> None:
+    store = cls(root)
+    store["a/b"] = b"123"
+    assert "a" not in store
+    with pytest.raises(KeyError):
+        store["a"]
+    with pytest.raises(KeyError):
+        store.get_range("a", 0, 1)
+    with pytest.raises(KeyError):
+        del store["a"]
+    assert store.getitems(["a"]) == {}
+    assert store.getsize("a") == 3
+    assert store["a/b"] == b"123"
+
+
+# -------------------------------------------------------------------- modes
+def test_modes(cls, root: Path) -> None:
+    for mode in ("r", "r+"):
+        with pytest.raises(StoreNotFoundError, match="mode"):
+            cls(root, mode=mode)
+    assert not root.exists()
+    root.mkdir()
+    with cls(root, mode="r") as store:  # an empty folder is an empty store
+        assert len(store) == 0
+    (root / stray_temp_name()).write_bytes(b"")
+    cls(root, mode="w-").close()  # no key yet: "w-" accepts it
+    with cls(root, mode="a") as store:
+        store["k"] = b"v"
+    with pytest.raises(StoreExistsError, match="w-"):
+        cls(root, mode="w-")
+    (root / "not-a-key-dir").mkdir()
+    with cls(root, mode="w") as store:
+        assert len(store) == 0
+    assert os.listdir(root) == []
+    with cls(root / "new" / "deeper", mode="w-") as store:
+        assert (root / "new" / "deeper").is_dir()
+
+    a_file = root / "file"
+    a_file.write_bytes(b"x")
+    with pytest.raises(StoreNotFoundError, match="is a file"):
+        cls(a_file, mode="r")
+    with pytest.raises(StoreExistsError, match="is a file"):
+        cls(a_file, mode="a")
+    with pytest.raises(StoreExistsError, match="in the way"):
+        cls(a_file / "inside", mode="a")
+    with pytest.raises(StoreNotFoundError):
+        cls(a_file / "inside", mode="r")
+
+
+def test_normalize_keys(cls, root: Path) -> None:
+    store = cls(root, normalize_keys=True)
+    store["Foo/Bar/0.1"] = b"v"
+    stored = nested("foo/bar/0.1") if cls is NestedDirectoryStore else "foo/bar/0.1"
+    assert list(store) == [stored]
+    assert (root / stored).is_file()
+    assert store["FOO/BAR/0.1"] == b"v"
+    assert "foo/bar/0.1" in store
+    assert store.listdir("FOO") == ["bar"]
+    assert store.getsize("FOO/BAR/0.1") == 1 and store.getsize("FOO") == 1
+    store.rename("FOO/bar", "Other")
+    assert list(store) == [stored.replace("foo/bar", "other")]
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone["OTHER/0.1"] == b"v"
+    store.rmdir("OTHER")
+    assert len(store) == 0
+    store["a"] = b"1"
+    with pytest.raises(KeyConflictError, match="'a/b'"):
+        store["A/b"] = b"2"
+
+
+def test_identity_pickle_and_repr(cls, root: Path, tmp_path: Path) -> None:
+    store = cls(root, fsync=True)
+    store["k"] = b"v"
+    link = tmp_path / "link"
+    link.symlink_to(root)
+    with cls(link, mode="r") as via_link:
+        assert via_link == store and hash(via_link) == hash(store)
+    assert str(root) in repr(store) and cls.__name__ in repr(store)
+    assert store.path == str(root)
+    clone = pickle.loads(pickle.dumps(cls(os.path.relpath(root), mode="r")))
+    assert clone.path == str(root) and clone.read_only and clone["k"] == b"v"
+    assert pickle.loads(pickle.dumps(store))._params()["fsync"] is True
+
+
+def test_fsync_is_off_by_default_and_optional(cls, root: Path, monkeypatch) -> None:
+    calls = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd)))
+    cls(root)["a/k"] = b"v"
+    assert calls == []
+    cls(root, fsync=True)["a/k"] = b"w"
+    assert len(calls) == 2  # the file, then its folder
+
+
+def test_capabilities(cls, root: Path) -> None:
+    store = cls(root)
+    assert store.supports_range_reads and store.supports_process_writers
+    assert store.persistent and store.hierarchical
+    assert directory.NAME_MAX == 255
+
+
+# ------------------------------------------------- zarr-python 2 and 3 peers
+ZARR2_WRITE = """
+import base64, json, warnings
+import numpy as np
+import zarr
+warnings.simplefilter("ignore", FutureWarning)
+store = getattr(zarr, store_class)(path)
+root = zarr.group(store=store, overwrite=True)
+root.attrs["title"] = "written by zarr 2"
+arr = root.create_dataset("sub/arr", shape=(9, 11), chunks=(4, 5), dtype="<i4")
+arr[:] = np.arange(99, dtype="<i4").reshape(9, 11) + 1
+arr.attrs["units"] = "m"
+if strip_separator:
+    meta = json.loads(store["sub/arr/.zarray"])
+    del meta["dimension_separator"]
+    store["sub/arr/.zarray"] = json.dumps(meta).encode()
+    assert (zarr.open_array(store, path="sub/arr", mode="r")[:] == arr[:]).all()
+result = {key: base64.b64encode(store[key]).decode() for key in store.keys()}
+"""
+
+ZARR2_READ = """
+import warnings
+import zarr
+warnings.simplefilter("ignore", FutureWarning)
+store = getattr(zarr, store_class)(path)
+group = zarr.open_group(store=store, mode="r")
+arr = group["sub/arr"]
+result = {
+    "data": arr[:].tolist(),
+    "attrs": group.attrs.asdict(),
+    "arr_attrs": arr.attrs.asdict(),
+    "keys": sorted(store.keys()),
+}
+"""
+
+ZARR2_STORE = {DirectoryStore: "DirectoryStore", NestedDirectoryStore: "NestedDirectoryStore"}
+
+
+def zarr3_decode(items: dict[str, bytes], path: str) -> np.ndarray:
+    import zarr
+    from zarr.core.buffer import cpu
+
+    store = zarr.storage.MemoryStore({k: cpu.Buffer.from_bytes(v) for k, v in items.items()})
+    return zarr.open_array(store=store, path=path, zarr_format=2, mode="r")[...]
+
+
+def zarr3_encode(separator: str) -> dict[str, bytes]:
+    """The keys zarr-python 3 writes for a group holding ``sub/arr``."""
+    import zarr
+
+    data: dict = {}
+    group = zarr.open_group(store=zarr.storage.MemoryStore(data), zarr_format=2, mode="w")
+    group.attrs["title"] = "written by zstores"
+    arr = group.create_array(
+        "sub/arr", shape=(9, 11), chunks=(4, 5), dtype="<i4",
+        chunk_key_encoding={"name": "v2", "separator": separator},
+    )
+    arr[:] = EXPECTED
+    arr.attrs["units"] = "m"
+    return {key: value.to_bytes() for key, value in data.items()}
+
+
+def test_reads_what_zarr2_wrote(zarr2, cls, root: Path) -> None:
+    written = zarr2.run(ZARR2_WRITE, store_class=ZARR2_STORE[cls], path=str(root), strip_separator=False)
+    expected = {key: base64.b64decode(value) for key, value in written.items()}
+    assert any(key.startswith("sub/arr/") and key.count("/") == (3 if cls is NestedDirectoryStore else 2)
+               and key[-1].isdigit() for key in expected)
+    with cls(root, mode="r") as store:
+        assert dict(store.items()) == expected
+        assert len(store) == len(expected)
+        np.testing.assert_array_equal(zarr3_decode(dict(store.items()), "sub/arr"), EXPECTED)
+        assert json.loads(store["sub/arr/.zattrs"]) == {"units": "m"}
+
+
+def test_reads_zarr2_nested_array_without_dimension_separator(zarr2, root: Path) -> None:
+    # Arrays written before zarr-python 2 recorded dimension_separator: a
+    # reader asks for dotted chunk keys and the store maps them to folders.
+    zarr2.run(ZARR2_WRITE, store_class="NestedDirectoryStore", path=str(root), strip_separator=True)
+    with NestedDirectoryStore(root, mode="r") as store:
+        assert "dimension_separator" not in json.loads(store["sub/arr/.zarray"])
+        dotted = {key: store[key] for key in (".zgroup", "sub/arr/.zarray")}
+        dotted.update({f"sub/arr/{i}.{j}": store[f"sub/arr/{i}.{j}"] for i in range(3) for j in range(3)})
+    np.testing.assert_array_equal(zarr3_decode(dotted, "sub/arr"), EXPECTED)
+
+
+@pytest.mark.parametrize(
+    "cls, strip_separator",
+    [(DirectoryStore, False), (NestedDirectoryStore, False), (NestedDirectoryStore, True)],
+    ids=["DirectoryStore", "NestedDirectoryStore", "NestedDirectoryStore-old-format"],
+)
+def test_zarr2_reads_what_we_wrote(zarr2, cls, root: Path, strip_separator: bool) -> None:
+    items = zarr3_encode("/" if cls is NestedDirectoryStore and not strip_separator else ".")
+    if strip_separator:
+        # zarr-python 3 wrote dotted chunk keys; our store nests them, and an
+        # old-format .zarray makes zarr-python 2 look for them nested.
+        meta = json.loads(items["sub/arr/.zarray"])
+        del meta["dimension_separator"]
+        items["sub/arr/.zarray"] = json.dumps(meta).encode()
+    with cls(root, mode="w") as store:
+        store.update(items)
+        ours = sorted(store)
+    got = zarr2.run(ZARR2_READ, store_class=ZARR2_STORE[cls], path=str(root))
+    assert got["keys"] == ours
+    np.testing.assert_array_equal(np.array(got["data"], dtype="<i4"), EXPECTED)
+    assert got["attrs"] == {"title": "written by zstores"}
+    assert got["arr_attrs"] == {"units": "m"}
+
+
+def test_zarr3_local_store_reads_nested_array_we_wrote(root: Path) -> None:
+    import zarr
+
+    items = zarr3_encode("/")
+    # Write chunks under their dotted spelling: only the store's mapping puts
+    # them where a "/"-separated array looks for them.
+    dotted = {
+        re.sub(r"/(\d+)/(\d+)$", r"/\1.\2", key): value for key, value in items.items()
+    }
+    assert "sub/arr/1.2" in dotted
+    with NestedDirectoryStore(root, mode="w") as store:
+        store.update(dotted)
+        assert sorted(store) == sorted(items)
+    array = zarr.open_array(store=zarr.storage.LocalStore(root, read_only=True), path="sub/arr",
+                            zarr_format=2, mode="r")
+    np.testing.assert_array_equal(array[...], EXPECTED)

@@ -1,0 +1,263 @@
+import base64
+import os
+import zipfile
+
+import numpy as np
+import pytest
+
+from zstores.stores.zip import ZipStore
+from zstores.testing import StoreTests
+
+
+class TestZipStore(StoreTests):
+    def open_store(self, location, mode="a"):
+        return ZipStore(location, mode=mode)
+
+
+class TestZipStoreDeflated(StoreTests):
+    def open_store(self, location, mode="a"):
+        return ZipStore(location, compression=zipfile.ZIP_DEFLATED, mode=mode)
+
+
+def members(path):
+    """(name, value) of every member in the archive, duplicates included."""
+    with zipfile.ZipFile(path) as archive:
+        return [(info.filename, archive.read(info)) for info in archive.infolist()]
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_one_member_per_live_key_after_close(tmp_path, compression):
+    path = tmp_path / "data.zip"
+    with ZipStore(path, mode="w", compression=compression) as store:
+        store["a"] = b"1"
+        store["b"] = b"2"
+        store["c/d"] = b"3"
+        store["a"] = b"one"
+        store["a"] = b"uno"
+        del store["b"]
+        store.setitems({"c/d": b"three", "e": b"5"})
+        store.delitems(["e"])
+        store["b"] = b"back"
+    assert sorted(members(path)) == [("a", b"uno"), ("b", b"back"), ("c/d", b"three")]
+    # Reopening to append also compacts the overwrite on close.
+    with ZipStore(path, mode="a") as store:
+        store["a"] = b"again"
+        store.rename("c/d", "c/moved")
+    assert sorted(members(path)) == [("a", b"again"), ("b", b"back"), ("c/moved", b"three")]
+
+
+def test_archive_without_overwrites_is_not_rewritten(tmp_path):
+    path = tmp_path / "data.zip"
+    with ZipStore(path, mode="w") as store:
+        store["a"] = b"1"
+    inode = os.stat(path).st_ino
+    with ZipStore(path, mode="a") as store:
+        store["b"] = b"2"
+        assert store["a"] == b"1"
+    assert os.stat(path).st_ino == inode
+    assert sorted(members(path)) == [("a", b"1"), ("b", b"2")]
+
+
+def test_rewrite_keeps_permissions_and_leaves_no_temporary_file(tmp_path):
+    path = tmp_path / "data.zip"
+    with ZipStore(path, mode="w") as store:
+        store["a"] = b"1"
+    os.chmod(path, 0o640)
+    with ZipStore(path, mode="a") as store:
+        store["a"] = b"2"
+    assert members(path) == [("a", b"2")]
+    assert os.stat(path).st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.zip"]
+
+
+def test_reads_before_close_see_latest_value(tmp_path):
+    with ZipStore(tmp_path / "data.zip", mode="w") as store:
+        store["k"] = b"first value"
+        store["k"] = b"second"
+        assert store["k"] == b"second"
+        assert store.get_range("k", 1, 3) == b"eco"
+        assert store.getsize("k") == 6
+        assert list(store) == ["k"]
+        assert len(store) == 1
+        del store["k"]
+        assert "k" not in store
+        assert store.get("k") is None
+        assert store.listdir() == []
+        store["k"] = b"third!!"
+        assert store.getitems(["k"]) == {"k": b"third!!"}
+        assert store.get_range("k", -2) == b"!!"
+
+
+def test_stored_range_read_reads_only_the_range(tmp_path, monkeypatch):
+    value = np.random.default_rng(1).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+    store = ZipStore(tmp_path / "data.zip", mode="w")
+    assert store.supports_range_reads
+    store["big/0"] = value  # still buffered in zipfile's file object: must be flushed
+    sizes = []
+    real_pread = os.pread
+
+    def counting_pread(fd, size, offset):
+        sizes.append(size)
+        return real_pread(fd, size, offset)
+
+    def no_member_reads(*args, **kwargs):
+        raise AssertionError("the range read opened the whole member")
+
+    monkeypatch.setattr(os, "pread", counting_pread)
+    monkeypatch.setattr(zipfile.ZipFile, "open", no_member_reads)
+    assert store.get_range("big/0", 1000, 10) == value[1000:1010]
+    assert sizes == [30, 10]  # the local header once, then only the range
+    assert store.get_range("big/0", -5) == value[-5:]
+    assert store.get_range("big/0", 5 << 20, 10) == b""
+    assert sizes == [30, 10, 5]
+    monkeypatch.undo()
+    store.close()
+
+
+def test_compressed_range_read_falls_back_to_the_member(tmp_path, monkeypatch):
+    store = ZipStore(tmp_path / "data.zip", mode="w", compression=zipfile.ZIP_DEFLATED)
+    assert not store.supports_range_reads
+    store["k"] = bytes(range(200))
+    monkeypatch.setattr(os, "pread", None)  # would raise if used
+    assert store.get_range("k", 10, 5) == bytes(range(10, 15))
+    monkeypatch.undo()
+    store.close()
+
+
+def test_stored_members_of_a_deflated_store_are_read_by_range(tmp_path):
+    path = tmp_path / "data.zip"
+    with ZipStore(path, mode="w") as store:
+        store["stored"] = b"0123456789"
+    with ZipStore(path, mode="a", compression=zipfile.ZIP_DEFLATED) as store:
+        store["deflated"] = b"abcdefghij" * 10
+        assert store.get_range("stored", 3, 2) == b"34"
+        assert store.get_range("deflated", 3, 2) == b"de"
+    with zipfile.ZipFile(path) as archive:
+        types = {info.filename: info.compress_type for info in archive.infolist()}
+    assert types == {"stored": zipfile.ZIP_STORED, "deflated": zipfile.ZIP_DEFLATED}
+
+
+def test_append_mode_refuses_a_file_that_is_not_a_zip(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"not an archive")
+    for mode in ("a", "r+"):
+        with pytest.raises(zipfile.BadZipFile, match="not a zip"):
+            ZipStore(path, mode=mode)
+    assert path.read_bytes() == b"not an archive"
+
+
+def test_writer_that_was_not_closed_is_invisible_to_readers(tmp_path):
+    path = tmp_path / "data.zip"
+    writer = ZipStore(path, mode="w")
+    writer["k"] = b"v"
+    with pytest.raises(zipfile.BadZipFile):
+        ZipStore(path, mode="r")  # no central directory until close()
+    writer.close()
+    with ZipStore(path, mode="r") as reader:
+        assert reader["k"] == b"v"
+
+
+# --------------------------------------------------------------- zarr 2 compat
+ZARR2_WRITE = """
+import base64, zipfile, warnings
+import numpy as np
+import zarr
+store = zarr.ZipStore(path, mode="w", compression=compression)
+root = zarr.group(store=store)
+root.attrs["title"] = "written by zarr 2"
+array = root.create_dataset("sub/arr", shape=(10, 12), chunks=(4, 5), dtype="<i4")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # zarr 2 warns about its duplicate members
+    array[:] = 7
+    array[:] = np.arange(120, dtype="<i4").reshape(10, 12)
+array.attrs["units"] = "m"
+store.close()
+with zipfile.ZipFile(path) as archive:
+    result = {
+        "names": archive.namelist(),
+        "latest": {name: base64.b64encode(archive.read(name)).decode() for name in archive.namelist()},
+        "infos": sorted({
+            (info.compress_type, info.external_attr, info.create_system)
+            for info in archive.infolist()
+        }),
+    }
+"""
+
+ZARR2_READ = """
+import base64, zipfile
+import zarr
+store = zarr.ZipStore(path, mode="r")
+root = zarr.open_group(store=store, mode="r")
+array = root["sub/arr"]
+with zipfile.ZipFile(path) as archive:
+    infos = {
+        info.filename: [info.compress_type, info.external_attr, info.create_system]
+        for info in archive.infolist()
+    }
+result = {
+    "names": sorted(store.keys()),
+    "values": {key: base64.b64encode(store[key]).decode() for key in store.keys()},
+    "array": array[:].tolist(),
+    "attrs": dict(root.attrs),
+    "array_attrs": dict(array.attrs),
+    "infos": infos,
+}
+store.close()
+"""
+
+
+def zarr3_read_array(values, path):
+    import zarr
+    from zarr.core.buffer import cpu
+
+    memory = zarr.storage.MemoryStore({k: cpu.Buffer.from_bytes(v) for k, v in values.items()})
+    return zarr.open_array(store=memory, path=path, zarr_format=2, mode="r")[:]
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_reads_zarr2_zipstore(tmp_path, zarr2, compression):
+    path = tmp_path / "zarr2.zip"
+    written = zarr2.run(ZARR2_WRITE, path=str(path), compression=compression)
+    expected = {k: base64.b64decode(v) for k, v in written["latest"].items()}
+    assert len(written["names"]) > len(expected)  # zarr 2 left duplicate members
+    # The member attributes our writer copies (checked on our side below).
+    assert written["infos"] == [[compression, 0o644 << 16, 3]]
+    with ZipStore(path, mode="r") as store:
+        got = dict(store.items())
+        assert got == expected
+        assert store.listdir() == [".zattrs", ".zgroup", "sub"]
+        assert store.listdir("sub/arr") == sorted(k.split("/")[-1] for k in expected if k.startswith("sub/arr/"))
+    np.testing.assert_array_equal(zarr3_read_array(got, "sub/arr"), np.arange(120).reshape(10, 12))
+    # A writer that changes the archive also drops zarr 2's stale duplicates.
+    with ZipStore(path, mode="a") as store:
+        store["extra"] = b"x"
+    assert sorted(name for name, _ in members(path)) == sorted([*expected, "extra"])
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_zarr2_reads_our_zipstore(tmp_path, zarr2, compression):
+    import zarr
+
+    memory = {}
+    group = zarr.open_group(store=zarr.storage.MemoryStore(memory), mode="w", zarr_format=2)
+    group.attrs["title"] = "written by zstores"
+    array = group.create_array("sub/arr", shape=(10, 12), chunks=(4, 5), dtype="<i4")
+    array[:] = np.arange(120, dtype="<i4").reshape(10, 12)
+    array.attrs["units"] = "m"
+    values = {key: buf.to_bytes() for key, buf in memory.items()}
+
+    path = tmp_path / "ours.zip"
+    with ZipStore(path, mode="w", compression=compression) as store:
+        store["sub/arr/0.0"] = b"stale chunk"  # overwritten below: compacted on close
+        store["junk"] = b"deleted below"
+        store.update(values)
+        del store["junk"]
+    seen = zarr2.run(ZARR2_READ, path=str(path))
+    assert seen["names"] == sorted(values)
+    assert {k: base64.b64decode(v) for k, v in seen["values"].items()} == values
+    assert seen["array"] == np.arange(120).reshape(10, 12).tolist()
+    assert seen["attrs"] == {"title": "written by zstores"}
+    assert seen["array_attrs"] == {"units": "m"}
+    # The member attributes zarr-python 2 writes: compression, rw-r--r--, Unix.
+    assert set(map(tuple, seen["infos"].values())) == {(compression, 0o644 << 16, 3)}
+    assert sorted(seen["infos"]) == sorted(values)
