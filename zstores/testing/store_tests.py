@@ -273,11 +273,14 @@ class StoreTests:
         if limit is None:
             assert store.max_value_size is None
             return
-        if limit > 64 * MiB:
+        if limit > 1024 * MiB:
             pytest.skip(f"max_value_size {limit} is too large to allocate in a test")
+        over = bytes(limit + 1)
         with pytest.raises(ValueTooLargeError, match="'over'"):
-            store["over"] = bytes(limit + 1)
-        assert "over" not in store
+            store["over"] = over
+        with pytest.raises(ValueTooLargeError, match="'over'"):
+            store.setitems({"fine": b"1", "over": over})
+        assert "over" not in store and "fine" not in store
 
     # ----------------------------------------------------------- range reads
     def test_get_range(self, store: Store) -> None:
