@@ -40,7 +40,9 @@ from .hierarchy import (
 from .keys import normalize_storage_path
 from .stores.dbm import DBMStore
 from .stores.directory import DirectoryStore, NestedDirectoryStore
+from .stores.lmdb import LMDBStore
 from .stores.memory import MemoryStore
+from .stores.sqlite import SQLiteStore
 from .stores.zip import ZipStore
 
 __version__ = "0.1.0"
@@ -63,8 +65,10 @@ __all__ = [
     "rmdir",
     "InvalidKeyError",
     "KeyConflictError",
+    "LMDBStore",
     "MemoryStore",
     "ReadOnlyError",
+    "SQLiteStore",
     "Store",
     "StoreClosedError",
     "StoreConnectionError",

@@ -224,11 +224,16 @@ class Store(MutableMapping[str, bytes]):
 
     def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
         # Copy everything before deleting anything: a crash part-way leaves
-        # duplicates, never a lost value.
-        keys = list(self._list_prefix(src_prefix))
+        # duplicates, never a lost value.  A target is also a source key only
+        # when the source lies inside the destination ("a/b" -> "a"), and then
+        # it is shorter than its source: copying shorter keys first reads every
+        # source before it is overwritten, and sources that became targets stay.
+        keys = sorted(self._list_prefix(src_prefix), key=len)
+        moves = {key: dst_prefix + key[len(src_prefix):] for key in keys}
         for key in keys:
-            self._set(dst_prefix + key[len(src_prefix):], self._get(key))
-        self._delete_many(keys)
+            self._set(moves[key], self._get(key))
+        targets = set(moves.values())
+        self._delete_many([key for key in keys if key not in targets])
 
     def _len(self) -> int:
         return sum(1 for _ in self._list_prefix(""))

@@ -370,6 +370,12 @@ class StoreTests:
         assert store["moved/deeper/x"] == b"value of abc/abc/x"
         assert store.listdir("xyz") == ["a", "cba"]
 
+    def test_rename_into_an_ancestor(self, store: Store) -> None:
+        # Moving "a/b" to "a" makes some targets ("a/b/y") source keys too.
+        store.update({"a/b/b/y": b"1", "a/b/y": b"2", "a/b/x": b"3", "a/z": b"4"})
+        store.rename("a/b", "a")
+        assert self.listed(store) == {"a/b/y": b"1", "a/y": b"2", "a/x": b"3", "a/z": b"4"}
+
     def test_rename_wildcard_prefix(self, store: Store) -> None:
         self.fill(store, ["a_b/x", "axb/x", "a%/x", "aZ/x"])
         store.rename("a_b", "q")

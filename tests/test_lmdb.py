@@ -1,0 +1,262 @@
+"""LMDBStore: the conformance harness plus map growth, sharing and zarr-python 2 compatibility."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+
+import numpy as np
+import pytest
+
+from zstores.errors import InvalidKeyError, ReadOnlyError
+from zstores.stores.lmdb import LMDBStore
+from zstores.testing import StoreTests
+from zstores.testing.workers import value_for, write_keys
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+class TestLMDBStore(StoreTests):
+    def open_store(self, location, mode="a"):
+        return LMDBStore(location, mode=mode)
+
+
+# ------------------------------------------------------------ map growth
+def test_map_grows_from_tiny_map(tmp_path):
+    path = tmp_path / "tiny"
+    with LMDBStore(path, map_size=64 * KiB) as store:
+        assert store.map_size == 64 * KiB
+        for i in range(3000):
+            store[f"small/{i}"] = bytes([i % 256]) * 1000
+        store.setitems({f"batch/{i}": bytes(5000) for i in range(200)})
+        big = np.random.default_rng(1).integers(0, 256, 64 * MiB, dtype=np.uint8)
+        store["big/0"] = big
+        assert store.map_size > 64 * MiB
+        assert len(store) == 3000 + 200 + 1
+        assert store["small/2999"] == bytes([2999 % 256]) * 1000
+        assert store.get_range("big/0", -7) == big[-7:].tobytes()
+    with LMDBStore(path, mode="r") as store:
+        assert store["big/0"] == big.tobytes()
+        assert store.getsize("small") == 3000 * 1000
+
+
+def test_range_reads_are_bytes_that_survive_a_remap(tmp_path):
+    with LMDBStore(tmp_path / "s", map_size=64 * KiB) as store:
+        value = bytes(range(256)) * 64
+        store["v"] = value
+        part, whole = store.get_range("v", 10, 100), store["v"]
+        many = store.getitems(["v"])
+        assert type(part) is bytes and type(whole) is bytes and type(many["v"]) is bytes
+        before = store.map_size
+        for i in range(300):  # unmaps and remaps the file several times
+            store[f"fill/{i}"] = bytes(8 * KiB)
+        assert store.map_size > before
+        assert part == value[10:110]
+        assert whole == value
+        assert many["v"] == value
+
+
+def test_threads_grow_the_map_while_others_read(tmp_path):
+    store = LMDBStore(tmp_path / "s", map_size=64 * KiB)
+    store["anchor"] = b"a" * 1000
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def write(writer: int) -> None:
+        try:
+            for index in range(150):
+                store[f"w{writer}/{index}"] = value_for(writer, index, 3000)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                assert store.get_range("anchor", 1, 3) == b"aaa"
+                store.listdir()
+                store.getsize()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    writers = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for thread in writers + readers:
+        thread.start()
+    for thread in writers:
+        thread.join(timeout=60)
+    stop.set()
+    for thread in readers:
+        thread.join(timeout=60)
+    assert not errors, errors[0]
+    assert store.map_size > 1 * MiB
+    for writer in range(4):
+        assert store[f"w{writer}/149"] == value_for(writer, 149, 3000)
+    assert len(store) == 4 * 150 + 1
+    store.close()
+
+
+def test_processes_write_while_the_map_grows(tmp_path):
+    store = LMDBStore(tmp_path / "s", map_size=64 * KiB)
+    store["parent"] = b"p"
+    writers, count = 3, 120
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(writers) as pool:
+        done = pool.starmap(write_keys, [(store, w, count, "shared") for w in range(writers)])
+    assert done == [count] * writers
+    # The children grew the file past this process's map: reading adopts their size.
+    assert store.map_size == 64 * KiB
+    for writer in range(writers):
+        for index in range(count):
+            assert store[f"w{writer}/k{index}"] == value_for(writer, index)
+    assert store.map_size > 64 * KiB
+    assert store["shared"] in [value_for(w, 0) for w in range(writers)]
+    store["parent"] = bytes(2 * MiB)  # and this process can still grow it further
+    assert len(store) == writers * count + 2
+    store.close()
+
+
+# ------------------------------------------------- environment handling
+def test_mode_r_opens_lmdb_read_only(tmp_path):
+    LMDBStore(tmp_path / "s").close()
+    with LMDBStore(tmp_path / "s", mode="r") as store:
+        assert store._shared.env.flags()["readonly"]
+    with LMDBStore(tmp_path / "s", mode="a") as store:
+        assert not store._shared.env.flags()["readonly"]
+
+
+def test_sync_option_reaches_lmdb(tmp_path):
+    with LMDBStore(tmp_path / "a", sync=True) as store:
+        flags = store._shared.env.flags()
+        assert flags["sync"] and flags["metasync"]
+    with LMDBStore(tmp_path / "b") as store:
+        flags = store._shared.env.flags()
+        assert not flags["sync"] and not flags["metasync"]
+
+
+def test_two_stores_on_one_environment_share_it(tmp_path):
+    path = tmp_path / "s"
+    LMDBStore(path).close()
+    reader = LMDBStore(path, mode="r")  # opens the environment read-only
+    writer = LMDBStore(path, mode="a")  # reopens it read-write for both
+    assert reader._shared is writer._shared
+    writer["k"] = b"v"
+    assert reader["k"] == b"v"
+    with pytest.raises(ReadOnlyError):
+        reader["k"] = b"x"
+    writer.close()
+    assert reader["k"] == b"v"
+    reader.close()
+    with LMDBStore(path, mode="r") as again:
+        assert again["k"] == b"v"
+
+
+def test_managed_lmdb_options_are_refused(tmp_path):
+    with pytest.raises(TypeError, match="readonly"):
+        LMDBStore(tmp_path / "s", readonly=True)
+    with pytest.raises(ValueError, match="map_size"):
+        LMDBStore(tmp_path / "s", map_size=0)
+
+
+def test_subdir_false_uses_a_single_file(tmp_path):
+    path = tmp_path / "file.lmdb"
+    with LMDBStore(path, subdir=False) as store:
+        store["k"] = b"v"
+    assert path.is_file()
+    with LMDBStore(path, subdir=False, mode="r") as store:
+        assert store["k"] == b"v"
+
+
+def test_key_longer_than_lmdb_allows_is_refused(tmp_path):
+    with LMDBStore(tmp_path / "s") as store:
+        store["k" * 511] = b"fits"
+        with pytest.raises(InvalidKeyError, match="511 bytes"):
+            store["é" * 256] = b"512 bytes of UTF-8"
+        with pytest.raises(InvalidKeyError, match="UTF-8"):
+            store["lone\udc80surrogate"] = b"x"
+        assert list(store) == ["k" * 511]
+
+
+def test_rmdir_treats_wildcard_names_literally(tmp_path):
+    # zarr-python 2's SQL LIKE made "a_b" match "axb"; a range scan cannot.
+    with LMDBStore(tmp_path / "s") as store:
+        store.update({"a_b/x": b"1", "axb/x": b"2", "a%b/x": b"3", "A_B/x": b"4", "a_bc/x": b"5"})
+        store.rmdir("a_b")
+        assert sorted(store) == ["A_B/x", "a%b/x", "a_bc/x", "axb/x"]
+        assert store.listdir() == ["A_B", "a%b", "a_bc", "axb"]
+
+
+# ------------------------------------------------ zarr-python 2 compatibility
+ZARR2_WRITE = """
+import zarr, numpy as np
+store = zarr.LMDBStore(path)
+root = zarr.group(store=store)
+root.attrs["title"] = "written by zarr 2"
+arr = root.create_dataset("grp/arr", shape=(20, 30), chunks=(7, 8), dtype="<i4")
+arr[:] = np.arange(600, dtype="<i4").reshape(20, 30)
+arr.attrs["unit"] = "m"
+root.create_dataset("a_b", shape=(3,), dtype="u1", fill_value=7)
+result = {key: bytes(store[key]).hex() for key in list(store.keys())}
+store.close()
+"""
+
+ZARR2_READ = """
+import zarr
+store = zarr.LMDBStore(path)
+root = zarr.open_group(store=store, mode="r")
+result = {
+    "data": root["grp/arr"][:].tolist(),
+    "attrs": root.attrs.asdict(),
+    "array_attrs": root["grp/arr"].attrs.asdict(),
+    "items": {key: bytes(store[key]).hex() for key in list(store.keys())},
+}
+store.close()
+"""
+
+
+def decode_array(contents: dict[str, bytes], path: str) -> np.ndarray:
+    """Decode a zarr v2 array from a dict of keys and values with zarr-python 3."""
+    import zarr
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.storage import MemoryStore
+
+    prototype = default_buffer_prototype()
+    memory = MemoryStore({k: prototype.buffer.from_bytes(v) for k, v in contents.items()})
+    return zarr.open_array(store=memory, path=path, zarr_format=2, mode="r")[:]
+
+
+def test_reads_what_zarr2_wrote(tmp_path, zarr2):
+    path = tmp_path / "z2.lmdb"
+    written = {k: bytes.fromhex(v) for k, v in zarr2.run(ZARR2_WRITE, path=str(path)).items()}
+    with LMDBStore(path, mode="r") as store:
+        contents = {key: store[key] for key in store}
+        assert contents == written
+        assert store.listdir() == [".zattrs", ".zgroup", "a_b", "grp"]
+        assert store.listdir("grp/arr")[:2] == [".zarray", ".zattrs"]
+    assert json.loads(contents[".zattrs"]) == {"title": "written by zarr 2"}
+    np.testing.assert_array_equal(
+        decode_array(contents, "grp/arr"), np.arange(600, dtype="<i4").reshape(20, 30)
+    )
+
+
+def test_zarr2_reads_what_we_wrote(tmp_path, zarr2):
+    import zarr
+
+    memory: dict = {}
+    root = zarr.open_group(store=memory, zarr_format=2, mode="w")
+    root.attrs["title"] = "written by zstores"
+    arr = root.create_array("grp/arr", shape=(20, 30), chunks=(7, 8), dtype="<f8")
+    arr[:] = np.linspace(0, 1, 600).reshape(20, 30)
+    arr.attrs["unit"] = "s"
+    contents = {key: value.to_bytes() for key, value in memory.items()}
+    path = tmp_path / "ours.lmdb"
+    with LMDBStore(path, map_size=64 * KiB) as store:
+        store.setitems(contents)
+    seen = zarr2.run(ZARR2_READ, path=str(path))
+    assert {k: bytes.fromhex(v) for k, v in seen["items"].items()} == contents
+    np.testing.assert_array_equal(np.array(seen["data"]), np.linspace(0, 1, 600).reshape(20, 30))
+    assert seen["attrs"] == {"title": "written by zstores"}
+    assert seen["array_attrs"] == {"unit": "s"}
+    # zarr 2 reopened it with a 1 TiB writable map; we still open and read it.
+    with LMDBStore(path, mode="r") as store:
+        assert {key: store[key] for key in store} == contents

@@ -1,0 +1,281 @@
+"""SQLiteStore: the conformance harness (file and ":memory:") plus query plans,
+threads, shared files and zarr-python 2 compatibility."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sqlite3
+import threading
+
+import numpy as np
+import pytest
+
+from zstores.errors import InvalidKeyError, StoreNotFoundError
+from zstores.stores.sqlite import SQLiteStore
+from zstores.testing import StoreTests
+
+
+class TestSQLiteStore(StoreTests):
+    def open_store(self, location, mode="a"):
+        return SQLiteStore(location, mode=mode)
+
+
+class TestSQLiteMemoryStore(StoreTests):
+    def open_store(self, location, mode="a"):
+        return SQLiteStore(":memory:", mode=mode)
+
+
+def test_memory_store_is_not_persistent_and_pickles_its_data():
+    store = SQLiteStore(":memory:", table="scratch")
+    store["a/b"] = b"1"
+    assert not store.persistent and not store.supports_process_writers
+    assert SQLiteStore.persistent and SQLiteStore.supports_process_writers
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone.table == "scratch"
+    assert dict(clone.items()) == {"a/b": b"1"}
+    assert clone != store
+    clone.close()
+    store.close()
+
+
+# ------------------------------------------------------------ query plans
+def test_prefix_queries_use_the_primary_key_index(tmp_path):
+    store = SQLiteStore(tmp_path / "db.sqlite")
+    store.update({f"g/{name}/{i}": b"x" * i for name in ["a_b", "axb", "c"] for i in range(5)})
+    store["g/c/0"] = bytes(100_000)  # a value in overflow pages
+    statements: list[str] = []
+    store._db().set_trace_callback(statements.append)
+    assert store.listdir("g") == ["a_b", "axb", "c"]
+    assert store.listdir() == ["g"]
+    assert store.getsize("g/a_b") == 10
+    assert store.get_range("g/c/0", -3) == b"\0\0\0"
+    assert len(store.getitems(["g/c/1", "g/c/2"])) == 2
+    store.rename("g/c", "g/d")
+    store.rename("g/d/1", "g/d/one")
+    store.rmdir("g/a_b")
+    store.delitems(["g/axb/1"])
+    assert sorted(store) == sorted(
+        ["g/axb/0", "g/axb/2", "g/axb/3", "g/axb/4", "g/d/0", "g/d/one", "g/d/2", "g/d/3", "g/d/4"]
+    )
+    store._db().set_trace_callback(None)
+
+    queries = [s for s in statements if s.split()[0] in ("SELECT", "DELETE", "INSERT")]
+    assert any("k >= 'g/' AND k < 'g0'" in q for q in queries)  # the range form, not LIKE
+    explain = sqlite3.connect(tmp_path / "db.sqlite")
+    checked = 0
+    for query in queries:
+        assert "LIKE" not in query.upper(), query
+        if "count(*)" in query:  # len() counts the whole table by design
+            continue
+        plan = [row[3] for row in explain.execute("EXPLAIN QUERY PLAN " + query)]
+        assert not any(step.startswith("SCAN") for step in plan), (query, plan)
+        assert any("sqlite_autoindex_zarr_1" in s or "INTEGER PRIMARY KEY" in s for s in plan), (
+            query,
+            plan,
+        )
+        checked += 1
+    assert checked >= 10
+    explain.close()
+    store.close()
+
+
+# ---------------------------------------------------------------- threads
+def test_threads_hammer_one_file(tmp_path):
+    path = tmp_path / "db.sqlite"
+    first, second = SQLiteStore(path), SQLiteStore(path, timeout=60)
+    errors: list[BaseException] = []
+
+    def work(worker: int) -> None:
+        store = first if worker % 2 else second
+        try:
+            for round_ in range(25):
+                mine = f"w{worker}"
+                batch = {f"{mine}/r{round_}/{i}": bytes([worker]) * (100 + i) for i in range(8)}
+                store.setitems(batch)
+                store[f"{mine}/single"] = bytes([round_]) * 50
+                assert store.getitems(list(batch)) == batch
+                assert store.get_range(f"{mine}/r{round_}/7", -7) == bytes([worker]) * 7
+                assert store.listdir(f"{mine}/r{round_}") == sorted(str(i) for i in range(8))
+                assert store.getsize(f"{mine}/r{round_}") == sum(map(len, batch.values()))
+                store.rename(f"{mine}/r{round_}", f"{mine}/done{round_}")
+                store.rmdir(f"{mine}/done{round_ - 1}")
+                store.listdir()
+                len(store)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors[0]
+    for worker in range(8):
+        assert first.listdir(f"w{worker}") == ["done24", "single"]
+        assert second[f"w{worker}/single"] == bytes([24]) * 50
+    first.close()
+    second.close()
+
+
+def test_close_closes_every_threads_connection(tmp_path):
+    path = tmp_path / "db.sqlite"
+    store = SQLiteStore(path)
+    store["k"] = b"v"
+    connections: list[sqlite3.Connection] = []
+    release = threading.Event()
+
+    def use() -> None:
+        try:
+            store["k"] = store["k"] + b"!"
+        finally:
+            connections.append(store._db())
+        release.wait(30)
+
+    threads = [threading.Thread(target=use) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for _ in range(3000):
+        if len(connections) == 3:
+            break
+        threading.Event().wait(0.01)
+    assert store["k"] == b"v!!!"
+    assert len({id(c) for c in connections}) == 3
+    assert (tmp_path / "db.sqlite-wal").exists()
+    store.close()
+    for connection in connections:
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            connection.execute("SELECT 1")
+    # The last connection to close checkpointed the WAL into the file.
+    assert not (tmp_path / "db.sqlite-wal").exists()
+    release.set()
+    for thread in threads:
+        thread.join()
+
+
+# ------------------------------------------------------------ file & table
+def test_file_uses_wal_and_mode_r_is_read_only(tmp_path):
+    path = tmp_path / "db.sqlite"
+    with SQLiteStore(path) as store:
+        store["k"] = b"v"
+        assert store._db().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with SQLiteStore(path, mode="r") as store:
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            store._db().execute('DELETE FROM "zarr"')
+        assert store["k"] == b"v"
+
+
+def test_tables_share_a_file(tmp_path):
+    path = tmp_path / "db.sqlite"
+    with SQLiteStore(path, table="first") as one, SQLiteStore(path, table="second") as two:
+        one["a/x"] = b"1"
+        two["a/y"] = b"2"
+        assert list(one) == ["a/x"] and list(two) == ["a/y"]
+        assert one != two
+        two.rmdir()
+        assert list(one) == ["a/x"]
+    with pytest.raises(StoreNotFoundError, match="third"):
+        SQLiteStore(path, table="third", mode="r")
+    with SQLiteStore(path, table="third", mode="w-") as three:
+        assert len(three) == 0
+    with SQLiteStore(path, table="first", mode="r") as one:
+        assert one["a/x"] == b"1"
+        assert "first" in repr(one)
+
+
+@pytest.mark.parametrize(
+    "table", ["", "two words", "1st", 'x"; DROP TABLE zarr; --', "sqlite_master", "tablé", None]
+)
+def test_table_must_be_a_plain_identifier(tmp_path, table):
+    with pytest.raises(ValueError, match="table option must be a plain identifier"):
+        SQLiteStore(tmp_path / "db.sqlite", table=table)
+    assert not (tmp_path / "db.sqlite").exists()
+
+
+def test_lone_surrogate_key_is_refused():
+    with SQLiteStore(":memory:") as store, pytest.raises(InvalidKeyError, match="UTF-8"):
+        store["lone\udc80surrogate"] = b"x"
+
+
+def test_rmdir_treats_wildcard_names_literally(tmp_path):
+    # zarr-python 2 deleted with LIKE 'a_b/%': "_" matched "x" and case was ignored.
+    with SQLiteStore(tmp_path / "db.sqlite") as store:
+        store.update({"a_b/x": b"1", "axb/x": b"2", "a%b/x": b"3", "A_B/x": b"4", "a_bc/x": b"5"})
+        store.rmdir("a_b")
+        assert sorted(store) == ["A_B/x", "a%b/x", "a_bc/x", "axb/x"]
+        store.rmdir("a%b")
+        assert sorted(store) == ["A_B/x", "a_bc/x", "axb/x"]
+        assert store.getsize("a_b") == 0 and store.listdir("a_b") == []
+
+
+# ------------------------------------------------ zarr-python 2 compatibility
+ZARR2_WRITE = """
+import zarr, numpy as np
+store = zarr.SQLiteStore(path)
+root = zarr.group(store=store)
+root.attrs["title"] = "written by zarr 2"
+arr = root.create_dataset("grp/arr", shape=(20, 30), chunks=(7, 8), dtype="<i4")
+arr[:] = np.arange(600, dtype="<i4").reshape(20, 30)
+arr.attrs["unit"] = "m"
+root.create_dataset("a_b", shape=(3,), dtype="u1", fill_value=7)
+result = {key: bytes(store[key]).hex() for key in list(store.keys())}
+store.close()
+"""
+
+ZARR2_READ = """
+import zarr
+store = zarr.SQLiteStore(path)
+root = zarr.open_group(store=store, mode="r")
+result = {
+    "data": root["grp/arr"][:].tolist(),
+    "attrs": root.attrs.asdict(),
+    "array_attrs": root["grp/arr"].attrs.asdict(),
+    "items": {key: bytes(store[key]).hex() for key in list(store.keys())},
+}
+store.close()
+"""
+
+
+def decode_array(contents: dict[str, bytes], path: str) -> np.ndarray:
+    """Decode a zarr v2 array from a dict of keys and values with zarr-python 3."""
+    import zarr
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.storage import MemoryStore
+
+    prototype = default_buffer_prototype()
+    memory = MemoryStore({k: prototype.buffer.from_bytes(v) for k, v in contents.items()})
+    return zarr.open_array(store=memory, path=path, zarr_format=2, mode="r")[:]
+
+
+def test_reads_what_zarr2_wrote(tmp_path, zarr2):
+    path = tmp_path / "z2.sqlite"
+    written = {k: bytes.fromhex(v) for k, v in zarr2.run(ZARR2_WRITE, path=str(path)).items()}
+    with SQLiteStore(path, mode="r") as store:
+        contents = {key: store[key] for key in store}
+        assert contents == written
+        assert store.listdir() == [".zattrs", ".zgroup", "a_b", "grp"]
+        assert store.listdir("grp/arr")[:2] == [".zarray", ".zattrs"]
+    assert json.loads(contents[".zattrs"]) == {"title": "written by zarr 2"}
+    np.testing.assert_array_equal(
+        decode_array(contents, "grp/arr"), np.arange(600, dtype="<i4").reshape(20, 30)
+    )
+
+
+def test_zarr2_reads_what_we_wrote(tmp_path, zarr2):
+    import zarr
+
+    memory: dict = {}
+    root = zarr.open_group(store=memory, zarr_format=2, mode="w")
+    root.attrs["title"] = "written by zstores"
+    arr = root.create_array("grp/arr", shape=(20, 30), chunks=(7, 8), dtype="<f8")
+    arr[:] = np.linspace(0, 1, 600).reshape(20, 30)
+    arr.attrs["unit"] = "s"
+    contents = {key: value.to_bytes() for key, value in memory.items()}
+    path = tmp_path / "ours.sqlite"
+    with SQLiteStore(path) as store:
+        store.setitems(contents)
+    seen = zarr2.run(ZARR2_READ, path=str(path))
+    assert {k: bytes.fromhex(v) for k, v in seen["items"].items()} == contents
+    np.testing.assert_array_equal(np.array(seen["data"]), np.linspace(0, 1, 600).reshape(20, 30))
+    assert seen["attrs"] == {"title": "written by zstores"}
+    assert seen["array_attrs"] == {"unit": "s"}

@@ -1,0 +1,573 @@
+"""LMDBStore: keys and values in an LMDB environment (a memory-mapped B+tree)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import lmdb
+
+from ..base import Buffer, Mode, Store, children_by_seek
+from ..errors import InvalidKeyError
+
+__all__ = ["DEFAULT_MAP_SIZE", "LMDBStore"]
+
+T = TypeVar("T")
+
+#: Map size a new environment starts with; the map doubles whenever it fills.
+DEFAULT_MAP_SIZE = 1 << 30 if sys.maxsize > 2**32 else 1 << 26
+
+# Map sizes are kept a multiple of this, which is a multiple of the page size
+# (and of the allocation granularity) on every platform LMDB runs on.
+_MAP_GRANULE = 1 << 16
+
+# lmdb.open options that the store derives from its own parameters.
+_MANAGED_OPTIONS = ("readonly", "create")
+
+# How often one operation may grow or re-adopt the map before giving up.
+_MAX_RETRIES = 64
+
+
+class _Gate:
+    """A readers/writer gate: transactions share it, remapping the file is exclusive.
+
+    LMDB lets a process change its map size only while the process has no
+    transaction open.  Waiting remaps go first so that a stream of readers
+    cannot starve them.  Not re-entrant: no code path nests ``shared()``.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._active = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive or self._waiting:
+                self._cond.wait()
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._active -= 1
+                if not self._active:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            try:
+                while self._exclusive or self._active:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+class _SharedEnv:
+    """One open environment, shared by every store on the same files in this process.
+
+    LMDB forbids opening an environment twice in one process (its fcntl locks
+    belong to the process, so closing one handle would drop the other's), and
+    py-lmdb refuses it.
+    """
+
+    def __init__(self, key: str, opener: Callable[[bool], lmdb.Environment], readonly: bool):
+        self.key = key
+        self.gate = _Gate()
+        self.refs = 0
+        self.env = opener(readonly)
+        self.readonly = readonly
+        self.map_size = self.env.info()["map_size"]
+
+    def make_writable(self, opener: Callable[[bool], lmdb.Environment]) -> None:
+        """Reopen a read-only environment read-write for a store that writes."""
+        with self.gate.exclusive():
+            self.env.close()
+            try:
+                self.env = opener(False)
+            except BaseException:
+                self.env = opener(True)
+                raise
+            self.readonly = False
+            self.map_size = self.env.info()["map_size"]
+
+    def grow(self, seen: int, payload: int) -> None:
+        """Enlarge the map after ``MapFullError`` unless another thread already did."""
+        with self.gate.exclusive():
+            if self.map_size != seen:
+                return
+            target = max(2 * seen, seen + 2 * payload + _MAP_GRANULE)
+            self.env.set_mapsize(_round_up(target))
+            self.map_size = self.env.info()["map_size"]
+
+    def adopt(self) -> None:
+        """Take over the map size another process grew the file to (``MapResizedError``)."""
+        with self.gate.exclusive():
+            self.env.set_mapsize(0)
+            self.map_size = self.env.info()["map_size"]
+
+    def sync(self) -> None:
+        with self.gate.shared():
+            self.env.sync(True)
+
+    def close(self) -> None:
+        with self.gate.exclusive():
+            if not self.readonly:
+                self.env.sync(True)
+            self.env.close()
+
+
+_ENVIRONMENTS: dict[str, _SharedEnv] = {}
+_ENVIRONMENTS_LOCK = threading.RLock()  # re-entrant: a store's __del__ may run inside it
+
+
+def _after_fork_in_child() -> None:
+    # py-lmdb refuses to reopen an environment a forked child inherited, so the
+    # child keeps using the inherited one; only the Python locks, which another
+    # parent thread may have held at the fork, are renewed.
+    global _ENVIRONMENTS_LOCK
+    _ENVIRONMENTS_LOCK = threading.RLock()
+    for shared in _ENVIRONMENTS.values():
+        shared.gate = _Gate()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _round_up(size: int) -> int:
+    return -(-size // _MAP_GRANULE) * _MAP_GRANULE
+
+
+class LMDBStore(Store):
+    """Keys and values in an LMDB environment, safe for many threads and processes.
+
+    The on-disk layout is zarr-python 2's ``LMDBStore``: the default (unnamed)
+    database of the environment at ``path``, keys as UTF-8 bytes, values as
+    stored.  Each reads what the other wrote.
+
+    The memory map starts at ``map_size`` (or the data file's size, if larger)
+    and doubles whenever a write finds it full, so there is no need to guess a
+    size up front; when another process has grown the map, this one adopts the
+    new size.  Values handed out are always ``bytes`` copied inside the read
+    transaction, never views of the map, so remapping cannot invalidate them.
+
+    Every store on the same environment in one process shares one LMDB handle
+    (LMDB forbids opening an environment twice in a process); its options are
+    those of the first store opened.  Processes started with ``spawn`` or
+    ``forkserver`` reopen the environment when the store is unpickled.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The environment: a directory holding ``data.mdb`` and ``lock.mdb``
+        (``subdir=True``), or the data file itself (``subdir=False``).
+    map_size : int, optional
+        Initial map size in bytes; default ``DEFAULT_MAP_SIZE`` (1 GiB on 64-bit
+        platforms).  It only sets where growth starts.
+    sync : bool
+        ``False`` (default, as zarr-python 2): commits are not flushed to disk
+        one by one; ``close()`` flushes.  An operating-system crash or power
+        loss may lose the latest commits, though never tears a value (the map is
+        not writable, so LMDB writes pages in order).  ``True`` flushes every
+        commit.  A crash of the process never loses or corrupts committed data
+        either way.
+    lock : bool
+        ``True`` (default) uses LMDB's locks so several processes may read and
+        write.  ``False`` leaves all coordination between processes to the
+        caller (``supports_process_writers`` is then ``False``).
+    subdir : bool
+        Whether ``path`` is a directory (default, zarr-python 2's layout).
+    max_readers : int
+        Read transactions open at once across all processes; fixed by the first
+        process that opens the environment.
+    max_spare_txns : int
+        Finished read transactions this process keeps for reuse.
+    mode : {"r", "r+", "a", "w", "w-"}
+        ``"r"`` opens the environment read-only (it must exist); ``"r+"``
+        requires it to exist; ``"a"`` creates it if missing; ``"w"`` clears it;
+        ``"w-"`` refuses an existing one.
+    **lmdb_kwargs
+        Further options for ``lmdb.open`` (``writemap``, ``readahead``,
+        ``meminit`` ...); ``readonly`` and ``create`` follow from ``mode``.
+
+    Attributes
+    ----------
+    supports_range_reads : bool
+        True: a range is sliced out inside the read transaction.
+    supports_process_writers : bool
+        True (unless ``lock=False``): LMDB serializes writers across processes.
+    max_value_size : int
+        4 GiB - 1, LMDB's limit for one value.  Keys are limited to the
+        environment's maximum key size (511 bytes of UTF-8).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from zstores.stores.lmdb import LMDBStore
+    >>> path = os.path.join(tempfile.mkdtemp(), "data.lmdb")
+    >>> with LMDBStore(path, map_size=1 << 20) as store:
+    ...     store["foo/.zarray"] = b"{}"
+    ...     store["foo/0.0"] = bytes(4 << 20)  # larger than the map: it grows
+    ...     store.listdir("foo"), store.get_range("foo/.zarray", 1)
+    (['.zarray', '0.0'], b'}')
+    """
+
+    supports_range_reads = True
+    supports_process_writers = True
+    max_value_size = 0xFFFFFFFF
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int | None = None,
+        sync: bool = False,
+        lock: bool = True,
+        subdir: bool = True,
+        max_readers: int = 512,
+        max_spare_txns: int = 4,
+        mode: Mode = "a",
+        **lmdb_kwargs: Any,
+    ) -> None:
+        super().__init__(mode=mode)
+        self._shared: _SharedEnv | None = None
+        for name in _MANAGED_OPTIONS:
+            if name in lmdb_kwargs:
+                raise TypeError(
+                    f"LMDBStore sets lmdb.open's {name!r} option from mode=; do not pass it"
+                )
+        if map_size is not None and (not isinstance(map_size, int) or map_size <= 0):
+            raise ValueError(
+                f"map_size must be a positive number of bytes or None, not {map_size!r}"
+            )
+        self._path = os.path.abspath(os.fspath(path))
+        self._map_size_option = map_size
+        self._subdir = subdir
+        self._options = {
+            "subdir": subdir,
+            "lock": lock,
+            "sync": sync,
+            "max_readers": max_readers,
+            "max_spare_txns": max_spare_txns,
+            **lmdb_kwargs,
+        }
+        self._options.setdefault("metasync", sync)
+        if not lock:
+            self.supports_process_writers = False
+
+        data_file = os.path.join(self._path, "data.mdb") if subdir else self._path
+        key = os.path.realpath(self._path)
+        writable = mode != "r"
+
+        def opener(readonly: bool) -> lmdb.Environment:
+            size = max(map_size or DEFAULT_MAP_SIZE, _file_size(data_file))
+            return lmdb.open(
+                self._path,
+                map_size=_round_up(size),
+                readonly=readonly,
+                create=not readonly and mode not in ("r", "r+"),
+                **self._options,
+            )
+
+        with _ENVIRONMENTS_LOCK:
+            shared = _ENVIRONMENTS.get(key)
+            self._check_existence(shared is not None or os.path.isfile(data_file))
+            if shared is None:
+                if mode not in ("r", "r+"):
+                    os.makedirs(
+                        self._path if subdir else os.path.dirname(self._path), exist_ok=True
+                    )
+                shared = _SharedEnv(key, opener, readonly=not writable)
+                _ENVIRONMENTS[key] = shared
+            elif writable and shared.readonly:
+                shared.make_writable(opener)
+            shared.refs += 1
+            self._shared = shared
+        self._max_key_size = shared.env.max_key_size()
+        self._clear_if_mode_w()
+
+    # --------------------------------------------------------- transactions
+    def _run(
+        self, work: Callable[[lmdb.Transaction], T], *, write: bool = False, payload: int = 0
+    ) -> T:
+        """Run ``work`` in one transaction, growing or re-adopting the map as needed.
+
+        Read transactions use ``buffers=True`` (values are views of the map),
+        so ``work`` must copy what it returns.  ``payload`` is the number of
+        bytes a write adds, to grow the map enough in one step.
+        """
+        shared = self._shared
+        assert shared is not None
+        for _ in range(_MAX_RETRIES):
+            with shared.gate.shared():
+                seen = shared.map_size
+                try:
+                    with shared.env.begin(write=write, buffers=not write) as txn:
+                        return work(txn)
+                except (lmdb.MapFullError, lmdb.MapResizedError, lmdb.ReadersFullError) as error:
+                    problem = error
+            if isinstance(problem, lmdb.MapFullError):
+                shared.grow(seen, payload)
+            elif isinstance(problem, lmdb.MapResizedError):
+                shared.adopt()
+            else:
+                # Slots may be held by processes that died; free them once.
+                if shared.env.reader_check() == 0:
+                    raise problem
+        raise lmdb.MapFullError(
+            f"{self!r}: the map kept filling up after {_MAX_RETRIES} enlargements"
+        )
+
+    # ------------------------------------------------------------ primitives
+    def _key(self, key: str) -> str:
+        key = super()._key(key)
+        try:
+            size = len(key.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidKeyError(
+                f"invalid key {key!r}: a key must be encodable as UTF-8 (no lone surrogates)"
+            ) from None
+        if size > self._max_key_size:
+            raise InvalidKeyError(
+                f"invalid key {key[:60]!r}...: it is {size} bytes in UTF-8 and LMDB keys "
+                f"hold at most {self._max_key_size} bytes"
+            )
+        return key
+
+    def _get(self, key: str) -> bytes:
+        def work(txn: lmdb.Transaction) -> bytes:
+            value = txn.get(key.encode())
+            if value is None:
+                raise KeyError(key)
+            return bytes(value)
+
+        return self._run(work)
+
+    def _get_range(self, key: str, start: int, length: int | None) -> bytes:
+        def work(txn: lmdb.Transaction) -> bytes:
+            value = txn.get(key.encode())
+            if value is None:
+                raise KeyError(key)
+            size = len(value)
+            first = start if start >= 0 else max(size + start, 0)
+            stop = size if length is None else min(first + length, size)
+            return bytes(value[first:stop])
+
+        return self._run(work)
+
+    def _set(self, key: str, value: Buffer) -> None:
+        self._run(lambda txn: txn.put(key.encode(), value), write=True, payload=len(value))
+
+    def _delete(self, key: str) -> None:
+        def work(txn: lmdb.Transaction) -> None:
+            if not txn.delete(key.encode()):
+                raise KeyError(key)
+
+        self._run(work, write=True)
+
+    def _contains(self, key: str) -> bool:
+        return self._run(lambda txn: txn.get(key.encode()) is not None)
+
+    def _list_prefix(self, prefix: str) -> list[str]:
+        def work(txn: lmdb.Transaction) -> list[str]:
+            return [bytes(k).decode() for k in _keys_under(txn.cursor(), prefix.encode())]
+
+        return self._run(work)
+
+    def _get_many(self, keys: list[str]) -> dict[str, bytes]:
+        def work(txn: lmdb.Transaction) -> dict[str, bytes]:
+            found = {}
+            for key in keys:
+                value = txn.get(key.encode())
+                if value is not None:
+                    found[key] = bytes(value)
+            return found
+
+        return self._run(work)
+
+    def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
+        if not items:
+            return
+
+        def work(txn: lmdb.Transaction) -> None:
+            for key, value in items:
+                txn.put(key.encode(), value)
+
+        self._run(work, write=True, payload=sum(len(value) for _, value in items))
+
+    def _delete_many(self, keys: list[str]) -> None:
+        if not keys:
+            return
+
+        def work(txn: lmdb.Transaction) -> None:
+            for key in keys:
+                txn.delete(key.encode())
+
+        self._run(work, write=True)
+
+    def _listdir(self, prefix: str) -> list[str]:
+        encoded = prefix.encode()
+
+        def work(txn: lmdb.Transaction) -> list[str]:
+            cursor = txn.cursor()
+
+            def first_key_from(lower: str) -> str | None:
+                if not cursor.set_range(lower.encode()):
+                    return None
+                key = bytes(cursor.key())
+                return key.decode() if key.startswith(encoded) else None
+
+            return children_by_seek(prefix, first_key_from)
+
+        return self._run(work)
+
+    def _rmdir(self, prefix: str) -> None:
+        encoded = prefix.encode()
+
+        def work(txn: lmdb.Transaction) -> None:
+            cursor = txn.cursor()
+            if cursor.set_range(encoded):
+                # delete() moves to the next entry; past the last one key() is b"".
+                while cursor.key().startswith(encoded) and cursor.delete():
+                    pass
+
+        self._run(work, write=True)
+
+    def _getsize_key(self, key: str) -> int:
+        def work(txn: lmdb.Transaction) -> int:
+            value = txn.get(key.encode())
+            if value is None:
+                raise KeyError(key)
+            return len(value)
+
+        return self._run(work)
+
+    def _getsize_prefix(self, prefix: str) -> int:
+        encoded = prefix.encode()
+
+        def work(txn: lmdb.Transaction) -> int:
+            cursor = txn.cursor()
+            if not cursor.set_range(encoded):
+                return 0
+            total = 0
+            for key, value in cursor.iternext(keys=True, values=True):
+                if not bytes(key).startswith(encoded):
+                    break
+                total += len(value)
+            return total
+
+        return self._run(work)
+
+    def _rename_key(self, src: str, dst: str) -> None:
+        def work(txn: lmdb.Transaction) -> None:
+            value = txn.get(src.encode())
+            if value is None:
+                raise KeyError(src)
+            txn.put(dst.encode(), value)
+            txn.delete(src.encode())
+
+        self._run(work, write=True)
+
+    def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
+        def work(txn: lmdb.Transaction) -> None:
+            old = [bytes(k).decode() for k in _keys_under(txn.cursor(), src_prefix.encode())]
+            moves = {key: dst_prefix + key[len(src_prefix) :] for key in old}
+            # A target can be another source key only when the source lies
+            # inside the destination; its target is then shorter, so moving
+            # shorter keys first reads every source before it is overwritten.
+            for key in sorted(old, key=len):
+                txn.put(moves[key].encode(), txn.get(key.encode()))
+            targets = set(moves.values())
+            for key in old:
+                if key not in targets:
+                    txn.delete(key.encode())
+
+        self._run(work, write=True)
+
+    def _len(self) -> int:
+        shared = self._shared
+        assert shared is not None
+        return self._run(lambda txn: txn.stat(shared.env.open_db())["entries"])
+
+    def _clear(self) -> None:
+        shared = self._shared
+        assert shared is not None
+        self._run(lambda txn: txn.drop(shared.env.open_db(), delete=False), write=True)
+
+    # ------------------------------------------------------------- lifecycle
+    def _close(self) -> None:
+        shared, self._shared = self._shared, None
+        if shared is None:
+            return
+        with _ENVIRONMENTS_LOCK:
+            shared.refs -= 1
+            if shared.refs:
+                if not self.read_only:
+                    shared.sync()
+                return
+            del _ENVIRONMENTS[shared.key]
+            shared.close()
+
+    def flush(self) -> None:
+        """Write committed data through to disk (what ``sync=True`` does on every commit)."""
+        self._check_open()
+        shared = self._shared
+        assert shared is not None
+        if not shared.readonly:
+            shared.sync()
+
+    @property
+    def map_size(self) -> int:
+        """The current size of the memory map in bytes (it grows as data is written)."""
+        self._check_open()
+        shared = self._shared
+        assert shared is not None
+        return shared.map_size
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the environment."""
+        return self._path
+
+    def _location(self) -> Any:
+        return ("lmdb", os.path.realpath(self._path))
+
+    def _describe(self) -> str:
+        return self._path
+
+    def _params(self) -> dict[str, Any]:
+        options = dict(self._options)
+        return {"path": self._path, "map_size": self._map_size_option, **options}
+
+
+def _keys_under(cursor: lmdb.Cursor, prefix: bytes) -> Iterable[Any]:
+    """Keys starting with ``prefix``, in order, by a range scan from ``set_range``."""
+    if not cursor.set_range(prefix):
+        return
+    for key in cursor.iternext(keys=True, values=False):
+        if not bytes(key).startswith(prefix):
+            return
+        yield key
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

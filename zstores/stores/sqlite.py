@@ -1,0 +1,443 @@
+"""SQLiteStore: keys and values in one table of an SQLite database."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from ..base import Buffer, Mode, Store, children_by_seek
+from ..errors import InvalidKeyError
+from ..keys import prefix_upper_bound
+
+__all__ = ["SQLiteStore"]
+
+MEMORY = ":memory:"
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+# Keys per statement in batched reads; far below every SQLite variable limit.
+_BATCH = 500
+
+# Room left in SQLite's length limit for the key and the row header.
+_ROW_OVERHEAD = 1 << 16
+
+
+def _check_table(table: str) -> str:
+    if (
+        not isinstance(table, str)
+        or not _IDENTIFIER.match(table)
+        or table.lower().startswith("sqlite_")
+    ):
+        raise ValueError(
+            f"invalid table {table!r}: the table option must be a plain identifier "
+            "(ASCII letters, digits and '_', not starting with a digit or 'sqlite_')"
+        )
+    return table
+
+
+def _key_range(prefix: str) -> tuple[str, tuple[str, ...]]:
+    """A WHERE clause selecting the keys under ``prefix`` by a primary-key range."""
+    upper = prefix_upper_bound(prefix)
+    if upper is None:
+        return "k >= ?", (prefix,)
+    return "k >= ? AND k < ?", (prefix, upper)
+
+
+# Connections a forked child inherited: never used again and never closed,
+# since closing them could checkpoint or delete the parent's WAL.
+_INHERITED: list[Any] = []
+
+# The size of a value in bytes without loading it (length() of a BLOB reads
+# only the row header; of a TEXT value it would count characters).
+_SIZE = "CASE typeof(v) WHEN 'text' THEN length(CAST(v AS BLOB)) ELSE length(v) END"
+
+
+def _as_bytes(value: Any) -> bytes:
+    # Values are BLOBs; a TEXT value (written by another tool) reads as its UTF-8.
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+class _Connection:
+    """A thread's connection; closing it when the thread's locals are dropped."""
+
+    __slots__ = ("__weakref__", "db")
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __del__(self) -> None:
+        self.db.close()
+
+
+class SQLiteStore(Store):
+    """Keys and values in a table of an SQLite database file (or ``":memory:"``).
+
+    The table layout is zarr-python 2's ``SQLiteStore``: ``zarr(k TEXT PRIMARY
+    KEY, v BLOB)``, so each reads the other's files.  ``table=`` names another
+    table, letting several stores share one file.
+
+    A file is opened in WAL mode with a busy timeout, so readers never wait and
+    writers from many threads and processes take turns.  Every thread uses its
+    own connection.  Single writes commit on their own; ``setitems``,
+    ``delitems``, ``rmdir``, ``rename`` and ``clear`` each run in one
+    ``BEGIN IMMEDIATE`` transaction, so a reader sees all or none of them.
+    Prefix operations are range queries on the primary-key index (``k >=
+    prefix AND k < bound``), never ``LIKE``, so ``_`` and ``%`` in names are
+    ordinary characters and case matters.  Commits use ``synchronous=NORMAL``:
+    a power loss may undo the latest commits but never tears a value.
+
+    ``":memory:"`` keeps the table in this process only: one connection,
+    guarded by a lock; ``persistent`` is ``False`` and pickling copies the data.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The database file, or ``":memory:"``.  Missing parent folders are
+        created.
+    table : str
+        The table, a plain SQL identifier; default ``"zarr"`` (zarr-python 2's).
+    mode : {"r", "r+", "a", "w", "w-"}
+        ``"r"`` opens the file read-only; ``"r"`` and ``"r+"`` require the
+        table to exist; ``"a"`` creates it if missing; ``"w"`` empties it;
+        ``"w-"`` refuses an existing table.  For ``":memory:"`` only ``"r"``
+        differs (it refuses writes).
+    timeout : float
+        Seconds a writer waits for another connection's write to finish
+        before ``sqlite3.OperationalError: database is locked``.
+
+    Attributes
+    ----------
+    supports_range_reads : bool
+        True: a range is read through SQLite's incremental blob I/O, touching
+        only the pages it covers.
+    supports_process_writers : bool
+        True for a file, False for ``":memory:"``.
+    persistent : bool
+        True for a file, False for ``":memory:"``.
+    max_value_size : int
+        SQLite's length limit for a row (1e9 bytes by default) less room for
+        the key.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from zstores.stores.sqlite import SQLiteStore
+    >>> path = os.path.join(tempfile.mkdtemp(), "data.sqlite")
+    >>> with SQLiteStore(path) as store:
+    ...     store.setitems({"foo/.zarray": b"{}", "foo/0.0": b"chunk"})
+    ...     store.listdir("foo"), store.get_range("foo/0.0", -3)
+    (['.zarray', '0.0'], b'unk')
+    >>> with SQLiteStore(":memory:", table="scratch") as scratch:
+    ...     scratch["a_b/x"] = b"1"
+    ...     scratch.listdir("axb")
+    []
+    """
+
+    supports_range_reads = True
+    supports_process_writers = True
+    max_value_size = 1_000_000_000 - _ROW_OVERHEAD
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        table: str = "zarr",
+        mode: Mode = "a",
+        timeout: float = 30.0,
+    ) -> None:
+        super().__init__(mode=mode)
+        self._table = _check_table(table)
+        self._timeout = float(timeout)
+        path = os.fspath(path)
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"path must be a file name or ':memory:', not {path!r}")
+        self._memory = path == MEMORY
+        self._path = path if self._memory else os.path.abspath(path)
+        self._pid = os.getpid()
+        self._local = threading.local()
+        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        self._connections_lock = threading.Lock()
+        self._q = f'"{self._table}"'  # the quoted table name for SQL
+        if self._memory:
+            self.persistent = False
+            self.supports_process_writers = False
+            # A shared-cache memory database would have table locks that ignore
+            # the busy timeout; one connection behind a lock is simpler.
+            self._memory_db: sqlite3.Connection | None = self._connect()
+            lock = threading.RLock()
+            self._read_lock: Any = lock
+            self._write_lock: Any = lock
+            self._create_table()
+        else:
+            self._memory_db = None
+            self._read_lock = nullcontext()
+            # Threads of this process queue here rather than in SQLite's
+            # sleeping busy handler; other processes still meet the timeout.
+            self._write_lock = threading.Lock()
+            exists = os.path.isfile(self._path) and self._table_exists()
+            self._check_existence(exists)
+            if mode != "r":
+                self._create_table()
+        self.max_value_size = self._db().getlimit(sqlite3.SQLITE_LIMIT_LENGTH) - _ROW_OVERHEAD
+        self._clear_if_mode_w()
+
+    # ---------------------------------------------------------- connections
+    def _connect(self) -> sqlite3.Connection:
+        if self._memory:
+            target, uri = MEMORY, False
+        else:
+            access = {"r": "ro", "r+": "rw"}.get(self._mode, "rwc")
+            if access == "rwc":
+                os.makedirs(os.path.dirname(self._path), exist_ok=True)
+            target, uri = f"{Path(self._path).as_uri()}?mode={access}", True
+        db = sqlite3.connect(
+            target, timeout=self._timeout, isolation_level=None, check_same_thread=False, uri=uri
+        )
+        if not self._memory:
+            db.execute("PRAGMA synchronous=NORMAL")
+        return db
+
+    def _db(self) -> sqlite3.Connection:
+        """The calling thread's connection (the only one for ``":memory:"``)."""
+        if self._memory_db is not None:
+            return self._memory_db
+        if self._pid != os.getpid():
+            self._forget_inherited_connections()
+        holder = getattr(self._local, "connection", None)
+        if holder is None:
+            holder = _Connection(self._connect())
+            self._local.connection = holder
+            with self._connections_lock:
+                self._connections.add(holder)
+        return holder.db
+
+    def _forget_inherited_connections(self) -> None:
+        """In a forked child: set the parent's connections (and locks) aside."""
+        _INHERITED.extend(self._connections)
+        self._connections = weakref.WeakSet()
+        self._connections_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._local = threading.local()
+        self._pid = os.getpid()
+
+    def _table_exists(self) -> bool:
+        db = self._db()
+        row = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self._table,)
+        ).fetchone()
+        return row is not None
+
+    def _create_table(self) -> None:
+        with self._write_lock:
+            db = self._db()
+            if not self._memory:
+                # Persistent in the file; a no-op once set.
+                db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"CREATE TABLE IF NOT EXISTS {self._q}(k TEXT PRIMARY KEY, v BLOB)")
+
+    @contextmanager
+    def _transaction(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """One transaction: ``BEGIN IMMEDIATE`` to write, a consistent snapshot to read."""
+        with self._write_lock if write else self._read_lock:
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
+    def _fetchone(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        with self._read_lock:
+            return self._db().execute(sql, params).fetchone()
+
+    def _write(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        """Run one statement in its own (automatic) transaction; the rows changed."""
+        with self._write_lock:
+            return self._db().execute(sql, params).rowcount
+
+    # ------------------------------------------------------------ primitives
+    def _key(self, key: str) -> str:
+        key = super()._key(key)
+        if not key.isascii():
+            try:
+                key.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidKeyError(
+                    f"invalid key {key!r}: a key must be encodable as UTF-8 (no lone surrogates)"
+                ) from None
+        return key
+
+    def _get(self, key: str) -> bytes:
+        row = self._fetchone(f"SELECT v FROM {self._q} WHERE k = ?", (key,))
+        if row is None:
+            raise KeyError(key)
+        return _as_bytes(row[0])
+
+    def _get_range(self, key: str, start: int, length: int | None) -> bytes:
+        with self._transaction() as db:
+            row = db.execute(
+                f"SELECT rowid, length(v), typeof(v) FROM {self._q} WHERE k = ?", (key,)
+            ).fetchone()
+            if row is None:
+                raise KeyError(key)
+            rowid, size, kind = row
+            if kind != "blob":
+                value = _as_bytes(
+                    db.execute(f"SELECT v FROM {self._q} WHERE rowid = ?", (rowid,)).fetchone()[0]
+                )
+                size = len(value)
+            first = start if start >= 0 else max(size + start, 0)
+            stop = size if length is None else min(first + length, size)
+            if first >= stop:
+                return b""
+            if kind != "blob":
+                return value[first:stop]
+            # Incremental blob I/O reads only the pages the range covers; the
+            # transaction keeps the row from changing between the two steps.
+            with db.blobopen(self._table, "v", rowid, readonly=True) as blob:
+                blob.seek(first)
+                return blob.read(stop - first)
+
+    def _set(self, key: str, value: Buffer) -> None:
+        self._write(f"INSERT OR REPLACE INTO {self._q}(k, v) VALUES (?, ?)", (key, value))
+
+    def _delete(self, key: str) -> None:
+        if not self._write(f"DELETE FROM {self._q} WHERE k = ?", (key,)):
+            raise KeyError(key)
+
+    def _contains(self, key: str) -> bool:
+        return self._fetchone(f"SELECT 1 FROM {self._q} WHERE k = ?", (key,)) is not None
+
+    def _list_prefix(self, prefix: str) -> list[str]:
+        where, params = _key_range(prefix)
+        with self._read_lock:
+            rows = self._db().execute(f"SELECT k FROM {self._q} WHERE {where}", params).fetchall()
+        return [k for (k,) in rows]
+
+    def _get_many(self, keys: list[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        with self._transaction() as db:
+            for i in range(0, len(keys), _BATCH):
+                batch = keys[i : i + _BATCH]
+                marks = ", ".join("?" * len(batch))
+                for k, v in db.execute(f"SELECT k, v FROM {self._q} WHERE k IN ({marks})", batch):
+                    found[k] = _as_bytes(v)
+        return found
+
+    def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
+        if items:
+            with self._transaction(write=True) as db:
+                db.executemany(f"INSERT OR REPLACE INTO {self._q}(k, v) VALUES (?, ?)", items)
+
+    def _delete_many(self, keys: list[str]) -> None:
+        if keys:
+            with self._transaction(write=True) as db:
+                db.executemany(f"DELETE FROM {self._q} WHERE k = ?", [(k,) for k in keys])
+
+    def _listdir(self, prefix: str) -> list[str]:
+        upper = prefix_upper_bound(prefix)
+        if upper is None:
+            sql, tail = f"SELECT min(k) FROM {self._q} WHERE k >= ?", ()
+        else:
+            sql, tail = f"SELECT min(k) FROM {self._q} WHERE k >= ? AND k < ?", (upper,)
+        with self._transaction() as db:
+            return children_by_seek(
+                prefix, lambda lower: db.execute(sql, (lower, *tail)).fetchone()[0]
+            )
+
+    def _rmdir(self, prefix: str) -> None:
+        where, params = _key_range(prefix)
+        with self._transaction(write=True) as db:
+            db.execute(f"DELETE FROM {self._q} WHERE {where}", params)
+
+    def _getsize_key(self, key: str) -> int:
+        row = self._fetchone(f"SELECT {_SIZE} FROM {self._q} WHERE k = ?", (key,))
+        if row is None:
+            raise KeyError(key)
+        return row[0]
+
+    def _getsize_prefix(self, prefix: str) -> int:
+        where, params = _key_range(prefix)
+        row = self._fetchone(
+            f"SELECT coalesce(sum({_SIZE}), 0) FROM {self._q} WHERE {where}", params
+        )
+        return row[0]
+
+    def _rename_key(self, src: str, dst: str) -> None:
+        with self._transaction(write=True) as db:
+            copied = db.execute(
+                f"INSERT OR REPLACE INTO {self._q}(k, v) SELECT ?, v FROM {self._q} WHERE k = ?",
+                (dst, src),
+            ).rowcount
+            if not copied:
+                raise KeyError(src)
+            db.execute(f"DELETE FROM {self._q} WHERE k = ?", (src,))
+
+    def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
+        where, params = _key_range(src_prefix)
+        with self._transaction(write=True) as db:
+            old = [k for (k,) in db.execute(f"SELECT k FROM {self._q} WHERE {where}", params)]
+            moves = {key: dst_prefix + key[len(src_prefix) :] for key in old}
+            # A target can be another source key only when the source lies
+            # inside the destination; its target is then shorter, so moving
+            # shorter keys first reads every source before it is overwritten.
+            db.executemany(
+                f"INSERT OR REPLACE INTO {self._q}(k, v) SELECT ?, v FROM {self._q} WHERE k = ?",
+                [(moves[key], key) for key in sorted(old, key=len)],
+            )
+            targets = set(moves.values())
+            db.executemany(
+                f"DELETE FROM {self._q} WHERE k = ?", [(k,) for k in old if k not in targets]
+            )
+
+    def _len(self) -> int:
+        return self._fetchone(f"SELECT count(*) FROM {self._q}")[0]
+
+    def _clear(self) -> None:
+        with self._transaction(write=True) as db:
+            db.execute(f"DELETE FROM {self._q}")
+
+    # ------------------------------------------------------------- lifecycle
+    def _close(self) -> None:
+        if self._memory_db is not None:
+            with self._write_lock:
+                self._memory_db.close()
+            return
+        with self._connections_lock:
+            holders = list(self._connections)
+            self._connections = weakref.WeakSet()
+        self._local = threading.local()
+        # Closing the last connection checkpoints the WAL into the file.
+        for holder in holders:
+            holder.db.close()
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the database file, or ``":memory:"``."""
+        return self._path
+
+    @property
+    def table(self) -> str:
+        """The table holding the keys and values."""
+        return self._table
+
+    def _location(self) -> Any:
+        if self._memory:
+            return id(self)
+        return ("sqlite", os.path.realpath(self._path), self._table)
+
+    def _describe(self) -> str:
+        return self._path if self._table == "zarr" else f"{self._path}#{self._table}"
+
+    def _params(self) -> dict[str, Any]:
+        return {"path": self._path, "table": self._table, "timeout": self._timeout}
