@@ -10,7 +10,10 @@ same backend; run it with the zarr 2 environment's interpreter) or ``raw``
 ``{operation: seconds}`` on stdout.  Operations: ``set`` and ``get`` (COUNT
 single-key calls), ``setitems`` and ``getitems`` (one batch call of COUNT
 keys), ``listdir`` (listing a prefix of COUNT keys).  VALUE_SIZE 1 selects the
-many-tiny-keys figure: only ``listdir``, on COUNT keys written beforehand.
+many-tiny-keys figure: only ``listdir``, on COUNT keys written beforehand.  The network backends ``redis`` and ``mongodb`` talk
+to the servers named by ``ZSTORES_TEST_REDIS_URL`` / ``ZSTORES_TEST_MONGODB_URL``
+(``bench_stores.py`` starts them with ``scripts/services`` when unset), each run
+under its own prefix or database, removed afterwards.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ def open_zstores(backend: str, path: str, mode: str = "w"):
         "dbm": lambda: zstores.DBMStore(path + ".dbm", open=dbm.dumb.open, mode=mode),
         "lmdb": lambda: zstores.LMDBStore(path + ".lmdb", mode=mode),
         "sqlite": lambda: zstores.SQLiteStore(path + ".sqlite", mode=mode),
+        "redis": lambda: open_zstores_network(backend, path, mode),
+        "mongodb": lambda: open_zstores_network(backend, path, mode),
     }
     return classes[backend]()
 
@@ -63,8 +68,67 @@ def open_zarr2(backend: str, path: str, mode: str = "w"):
                                    open=dbm.dumb.open),
         "lmdb": lambda: zs.LMDBStore(path + ".lmdb", readonly=mode == "r"),
         "sqlite": lambda: zs.SQLiteStore(path + ".sqlite"),
+        "redis": lambda: open_zarr2_network(backend, path),
+        "mongodb": lambda: open_zarr2_network(backend, path),
     }
     return classes[backend]()
+
+
+# ------------------------------------------------------ the network backends
+NETWORK = {"redis": "ZSTORES_TEST_REDIS_URL", "mongodb": "ZSTORES_TEST_MONGODB_URL"}
+
+
+def server_url(backend: str) -> str:
+    url = os.environ.get(NETWORK[backend])
+    if not url:
+        raise SystemExit(f"{NETWORK[backend]} is not set (bench_stores.py starts scripts/services)")
+    return url
+
+
+def namespace(path: str) -> str:
+    """A prefix / database name unique to this run (its work folder)."""
+    import hashlib
+
+    return "bench_" + hashlib.sha1(path.encode()).hexdigest()[:16]
+
+
+def open_zstores_network(backend: str, path: str, mode: str):
+    if backend == "redis":
+        from zstores.stores.redis import RedisStore
+
+        return RedisStore(server_url(backend), prefix=namespace(path), mode=mode)
+    from zstores.stores.mongodb import MongoDBStore
+
+    return MongoDBStore(server_url(backend), database=namespace(path), mode=mode)
+
+
+def open_zarr2_network(backend: str, path: str):
+    import warnings
+
+    import zarr.storage as zs
+
+    warnings.simplefilter("ignore", FutureWarning)  # both are deprecated in 2.18
+    if backend == "redis":
+        import redis
+
+        return zs.RedisStore(prefix=namespace(path), **redis.connection.parse_url(server_url(backend)))
+    return zs.MongoDBStore(database=namespace(path), collection="zarr", host=server_url(backend))
+
+
+def remove_network_data(backend: str, path: str) -> None:
+    if backend == "redis":
+        import redis
+
+        client = redis.Redis.from_url(server_url(backend))
+        for name in list(client.scan_iter(match=namespace(path) + ":*", count=1000)):
+            client.unlink(name)
+        client.close()
+    else:
+        import pymongo
+
+        client = pymongo.MongoClient(server_url(backend))
+        client.drop_database(namespace(path))
+        client.close()
 
 
 def listing_of_tiny_keys(impl: str, backend: str, path: str, keys: list[str]) -> dict[str, float]:
@@ -302,6 +366,74 @@ def raw_memory(path: str, keys: list[str], value: bytes) -> dict[str, float]:
     }
 
 
+def raw_redis(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+    import redis
+
+    client = redis.Redis.from_url(server_url("redis"))
+    base = namespace(path) + ":"
+    single = [f"{base}s/{k}" for k in keys]
+    batch = [f"{base}m/{k}" for k in keys]
+
+    def set_each():
+        for name in single:
+            client.set(name, value)
+
+    def get_each():
+        for name in single:
+            client.get(name)
+
+    results = {
+        "set": timed(set_each),
+        "get": timed(get_each),
+        "setitems": timed(lambda: client.mset(dict.fromkeys(batch, value))),
+        "getitems": timed(lambda: client.mget(batch)),
+        "listdir": timed(lambda: sorted(client.scan_iter(match=f"{base}m/*", count=1000))),
+    }
+    client.close()
+    return results
+
+
+def raw_mongodb(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+    import pymongo
+
+    client = pymongo.MongoClient(server_url("mongodb"))
+    collection = client[namespace(path)]["zarr"]
+    collection.create_index("key", unique=True)
+    single = [f"s/{k}" for k in keys]
+    batch = [f"m/{k}" for k in keys]
+
+    def set_each():
+        for key in single:
+            collection.update_one({"key": key}, {"$set": {"value": value}}, upsert=True)
+
+    def get_each():
+        for key in single:
+            collection.find_one({"key": key}, {"_id": 0, "value": 1})
+
+    def set_all():
+        collection.bulk_write(
+            [pymongo.UpdateOne({"key": key}, {"$set": {"value": value}}, upsert=True)
+             for key in batch], ordered=False)
+
+    def get_all():
+        list(collection.find({"key": {"$in": batch}}, {"_id": 0, "key": 1, "value": 1},
+                             batch_size=len(batch)))
+
+    def listdir():
+        return sorted(doc["key"] for doc in collection.find(
+            {"key": {"$regex": "^m/"}}, {"_id": 0, "key": 1}))
+
+    results = {
+        "set": timed(set_each),
+        "get": timed(get_each),
+        "setitems": timed(set_all),
+        "getitems": timed(get_all),
+        "listdir": timed(listdir),
+    }
+    client.close()
+    return results
+
+
 def raw_listing_directory(path: str) -> float:
     return min(timed(lambda: sorted(os.listdir(Path(path) / "m"))) for _ in range(3))
 
@@ -357,21 +489,29 @@ RAW = {
     "zip": raw_zip,
     "dbm": raw_dbm,
     "memory": raw_memory,
+    "redis": raw_redis,
+    "mongodb": raw_mongodb,
 }
 
 
 def main(argv: list[str]) -> None:
     impl, backend, workdir, size, count = argv
-    keys = [f"{i}.0" for i in range(int(count))]
+    # Chunk-like keys; the tiny-keys listing uses 1-d ones, which a nested
+    # store keeps flat (2-d ones would make it 100,000 folders).
+    keys = [f"{i}" if int(size) == 1 else f"{i}.0" for i in range(int(count))]
     value = os.urandom(int(size))
     path = str(Path(workdir) / f"{impl}-{backend}")
-    if int(size) == 1:
-        results = listing_of_tiny_keys(impl, backend, path, keys)
-    elif impl == "raw":
-        results = raw_operations(backend, path, keys, value)
-    else:
-        store = open_zstores(backend, path) if impl == "zstores" else open_zarr2(backend, path)
-        results = store_operations(store, keys, value, impl)
+    try:
+        if int(size) == 1:
+            results = listing_of_tiny_keys(impl, backend, path, keys)
+        elif impl == "raw":
+            results = raw_operations(backend, path, keys, value)
+        else:
+            store = open_zstores(backend, path) if impl == "zstores" else open_zarr2(backend, path)
+            results = store_operations(store, keys, value, impl)
+    finally:
+        if backend in NETWORK:
+            remove_network_data(backend, path)
     print(json.dumps(results))
 
 
