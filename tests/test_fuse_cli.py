@@ -1,0 +1,190 @@
+"""The ``zfuse`` command: daemon start, errors before mounting, kill -9, foreground signals."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fuse_helpers import ZFUSE, no_mount_left_behind, require_fuse, run_zfuse, zfuse_mounts
+
+import zfuse
+from zstores import ZipStore
+from zstores.stores.lmdb import LMDBStore
+from zstores.stores.sqlite import SQLiteStore
+
+__all__ = ["no_mount_left_behind"]
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def mountpoint(tmp_path: Path) -> Iterator[Path]:
+    require_fuse()
+    path = tmp_path / "mnt"
+    path.mkdir()
+    yield path
+    if zfuse.is_mounted(path):  # a failed test: never leave the mount behind
+        subprocess.run(["fusermount", "-u", "-z", str(path)], capture_output=True, check=False)
+
+
+def _daemon_pid(output: str) -> int:
+    found = re.search(r"daemon pid (\d+)", output)
+    assert found, output
+    return int(found.group(1))
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as info:
+        return info.read().rpartition(")")[2].split()[0] == "Z"
+
+
+def test_mount_goes_to_the_background_and_unmount_waits_for_the_store(tmp_path: Path,
+                                                                     mountpoint: Path) -> None:
+    archive = tmp_path / "data.zip"
+    with ZipStore(archive) as store:
+        store["arr/.zarray"] = b"{}"
+    done = run_zfuse("mount", f"zip://{archive}", str(mountpoint))
+    assert done.returncode == 0, done.stderr
+    assert f"zfuse unmount {mountpoint}" in done.stdout
+    pid = _daemon_pid(done.stdout)
+    assert os.listdir(mountpoint / "arr") == [".zarray"]  # answers as soon as it returns
+    (mountpoint / "arr" / "0.0").write_bytes(b"chunk")
+    done = run_zfuse("unmount", str(mountpoint))
+    assert done.returncode == 0, done.stderr
+    assert not zfuse.is_mounted(mountpoint) and _gone(pid)
+    with ZipStore(archive, mode="r") as store:  # complete: the daemon closed it first
+        assert dict(store) == {"arr/.zarray": b"{}", "arr/0.0": b"chunk"}
+
+
+def test_mount_options_reach_the_mount(tmp_path: Path, mountpoint: Path) -> None:
+    store_path = tmp_path / "data.sqlite"
+    with SQLiteStore(store_path) as store:
+        store["f"] = b"x"
+    done = run_zfuse("mount", f"sqlite://{store_path}", str(mountpoint), "--read-only",
+                     "--allow-other", "--attr-timeout", "5", "-o", "max_read=65536")
+    assert done.returncode == 0, done.stderr
+    try:
+        with open("/proc/self/mounts") as table:
+            entry = next(line for line in table if f" {mountpoint} " in line)
+        assert "allow_other" in entry and "max_read=65536" in entry and " ro," in entry
+        assert (mountpoint / "f").read_bytes() == b"x"
+        with pytest.raises(OSError, match="Read-only"):
+            (mountpoint / "g").write_bytes(b"y")
+    finally:
+        assert run_zfuse("unmount", str(mountpoint)).returncode == 0
+
+
+@pytest.mark.parametrize("problem", ["missing", "not-empty", "already-mounted", "bad-url",
+                                     "no-such-store", "bad-fuse-option"])
+def test_bad_input_is_one_line_and_mounts_nothing(problem: str, tmp_path: Path,
+                                                  mountpoint: Path) -> None:
+    url, target = f"lmdb://{tmp_path / 'data.lmdb'}", mountpoint
+    if problem == "missing":
+        target = tmp_path / "no-such-dir"
+    elif problem == "not-empty":
+        (mountpoint / "something").write_text("x")
+    elif problem == "bad-url":
+        url = "nosuchscheme://x"
+    elif problem == "no-such-store":
+        url = f"sqlite://{tmp_path / 'missing.sqlite'}"
+    holder = None
+    if problem == "already-mounted":
+        other = SQLiteStore(tmp_path / "other.sqlite")
+        holder = zfuse.mount(other, mountpoint, foreground=False)
+    def ours() -> list[str]:  # other tests and workers mount elsewhere meanwhile
+        return [path for path in zfuse_mounts() if path.startswith(str(tmp_path))]
+
+    before = ours()
+    try:
+        extra = {"no-such-store": ["--read-only"], "bad-fuse-option": ["-o", "no_such_option"]}
+        args = ["mount", url, str(target), *extra.get(problem, [])]
+        done = run_zfuse(*args)
+    finally:
+        after = ours()
+        if holder is not None:
+            holder.unmount()
+            other.close()
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zfuse: error: "), done.stderr
+    if problem == "bad-fuse-option":
+        assert "no_such_option" in lines[0]  # libfuse's own reason, on the same line
+    assert after == before
+
+
+def test_killed_daemon_leaves_a_mount_unmount_clears_and_completed_writes(
+        tmp_path: Path, mountpoint: Path) -> None:
+    store_path = tmp_path / "data.lmdb"
+    done = run_zfuse("mount", f"lmdb://{store_path}", str(mountpoint))
+    assert done.returncode == 0, done.stderr
+    pid = _daemon_pid(done.stdout)
+    for i in range(20):
+        (mountpoint / f"k{i}").write_bytes(f"value {i}".encode() * 1000)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(OSError):
+        os.listdir(mountpoint)  # the dead mount: "Transport endpoint is not connected"
+    assert zfuse.is_mounted(mountpoint)
+    done = run_zfuse("unmount", str(mountpoint))
+    assert done.returncode == 0, done.stderr
+    assert not zfuse.is_mounted(mountpoint) and os.listdir(mountpoint) == []
+    with LMDBStore(store_path, mode="r") as store:
+        assert dict(store) == {f"k{i}": f"value {i}".encode() * 1000 for i in range(20)}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_foreground_mount_unmounts_cleanly_on_a_signal(signum: int, tmp_path: Path,
+                                                      mountpoint: Path) -> None:
+    store_path = tmp_path / "data.sqlite"
+    process = subprocess.Popen([*ZFUSE, "mount", f"sqlite://{store_path}", str(mountpoint),
+                                "--foreground"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not zfuse.is_mounted(mountpoint) and time.monotonic() < deadline:
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            time.sleep(0.05)
+        (mountpoint / "written").write_bytes(b"before the signal")
+        process.send_signal(signum)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert not zfuse.is_mounted(mountpoint)
+    with SQLiteStore(store_path, mode="r") as store:
+        assert dict(store) == {"written": b"before the signal"}
+
+
+def test_python_dash_m_and_the_console_script_agree() -> None:
+    via_module = subprocess.run([sys.executable, "-m", "zfuse", "--help"], capture_output=True,
+                                text=True, timeout=60, check=False)
+    assert via_module.returncode == 0 and "mount" in via_module.stdout
+    assert run_zfuse("unmount", "/definitely/not/mounted").stderr.startswith("zfuse: error:")
+
+
+def test_daemon_logs_refused_operations_to_the_log_file(tmp_path: Path,
+                                                       mountpoint: Path) -> None:
+    log = tmp_path / "logs" / "zfuse.log"
+    log.parent.mkdir()
+    done = run_zfuse("mount", "memory://", str(mountpoint), "--log-file", str(log))
+    assert done.returncode == 0, done.stderr
+    try:
+        with pytest.raises(OSError):
+            (mountpoint / "back\\slash").write_bytes(b"x")
+    finally:
+        assert run_zfuse("unmount", str(mountpoint)).returncode == 0
+    logged = log.read_text()
+    assert "WARNING refused name '/back" in logged and "back/slash" in logged

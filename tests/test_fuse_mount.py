@@ -1,0 +1,212 @@
+"""zfuse.mount/mounted and the mount's behaviour towards the store.
+
+``CountingStore`` is a real MemoryStore that also counts what the mount asks
+of it, so a test can see that a large value is read in pieces, not whole per
+piece, and that missing keys probed again and again cost no round trip.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from fuse_helpers import no_mount_left_behind, require_fuse
+
+import zfuse
+from zstores import MemoryStore
+
+__all__ = ["no_mount_left_behind"]
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class CountingStore(MemoryStore):
+    """A MemoryStore that records the reads and probes reaching it."""
+
+    def __init__(self, *, ranged: bool = True) -> None:
+        super().__init__()
+        self.supports_range_reads = ranged
+        self.whole_reads: list[str] = []
+        self.range_reads: list[tuple[str, int, int | None]] = []
+        self.probes: list[str] = []
+
+    def _get(self, key: str) -> bytes:
+        self.whole_reads.append(key)
+        return super()._get(key)
+
+    def _get_range(self, key: str, start: int, length: int | None) -> bytes:
+        self.range_reads.append((key, start, length))
+        return super()._get(key)[start:None if length is None else start + length]
+
+    def _getsize_key(self, key: str) -> int:
+        self.probes.append(key)
+        return super()._getsize_key(key)
+
+    def _listdir(self, prefix: str):  # type: ignore[override]
+        self.probes.append(prefix)
+        return super()._listdir(prefix)
+
+
+@pytest.fixture
+def mountpoint(tmp_path: Path) -> Path:
+    require_fuse()
+    path = tmp_path / "mnt"
+    path.mkdir()
+    return path
+
+
+def test_large_value_is_read_in_ranges_not_whole_per_piece(mountpoint: Path) -> None:
+    store = CountingStore()
+    data = os.urandom(24 << 20)
+    store["big"] = data
+    with zfuse.mounted(store, mountpoint) as m:
+        fd = os.open(Path(m.path) / "big", os.O_RDONLY)
+        try:
+            pieces = [os.pread(fd, 128 << 10, offset) for offset in range(0, len(data), 128 << 10)]
+        finally:
+            os.close(fd)
+    assert b"".join(pieces) == data
+    assert store.whole_reads == []
+    fetched = sum(min(n or len(data), len(data) - start) for _, start, n in store.range_reads)
+    assert len(data) <= fetched <= 2 * len(data)
+    assert len(store.range_reads) < len(pieces) // 4  # sequential reads get growing windows
+
+
+def test_store_without_range_reads_is_fetched_once_per_open(mountpoint: Path) -> None:
+    store = CountingStore(ranged=False)
+    store["v"] = os.urandom(3 << 20)
+    with (zfuse.mounted(store, mountpoint, attr_timeout=0) as m,
+          open(Path(m.path) / "v", "rb", buffering=0) as f):
+        while f.read(128 << 10):
+            pass
+    assert store.whole_reads == ["v"] and store.range_reads == []
+
+
+def test_missing_keys_probed_again_cost_no_round_trip_until_created(mountpoint: Path) -> None:
+    store = CountingStore()
+    store["arr/0.0"] = b"chunk"
+    with zfuse.mounted(store, mountpoint, attr_timeout=30) as m:
+        probe = Path(m.path) / "arr" / ".zarray"
+        for _ in range(50):
+            assert not probe.exists()
+        assert store.probes.count("arr/.zarray") <= 1
+        probe.write_bytes(b"{}")
+        assert probe.read_bytes() == b"{}"
+        assert sorted(os.listdir(Path(m.path) / "arr")) == [".zarray", "0.0"]
+
+
+def test_listing_classifies_children_and_serves_following_stats(mountpoint: Path) -> None:
+    store = CountingStore()
+    store.update({f"flat/{i}": b"x" * i for i in range(300)})  # big: one prefix scan
+    store.update({"flat/sub/a": b"1", "flat/sub2/b/c": b"2"})
+    store.update({"tree/a/x": b"1", "tree/b/y": b"2", "tree/f": b"3"})
+    with zfuse.mounted(store, mountpoint, attr_timeout=30) as m:
+        store.probes.clear()
+        for folder, dirs in (("flat", {"sub", "sub2"}), ("tree", {"a", "b"})):
+            with os.scandir(Path(m.path) / folder) as entries:
+                kinds = {e.name: e.is_dir(follow_symlinks=False) for e in entries}
+            assert {name for name, is_dir in kinds.items() if is_dir} == dirs
+            assert len(kinds) == len(dirs) + (300 if folder == "flat" else 1)
+        # The big folder costs a sample of probes and one scan, not a probe per name.
+        assert len([p for p in store.probes if p.startswith("flat/") and p != "flat/"]) <= 16
+        store.probes.clear()
+        sizes = {e.name: e.stat().st_size for e in os.scandir(Path(m.path) / "tree")}
+        assert sizes == {"a": 0, "b": 0, "f": 1}
+        assert [p for p in store.probes if p.startswith("tree/") and p != "tree/"] == []
+
+
+def test_a_key_that_is_also_a_prefix_shows_as_the_file(mountpoint: Path) -> None:
+    store = MemoryStore()
+    store.update({"a": b"key", "a/b": b"below"})
+    with zfuse.mounted(store, mountpoint) as m:
+        assert (Path(m.path) / "a").read_bytes() == b"key"
+        assert stat.S_ISREG(os.stat(Path(m.path) / "a").st_mode)
+
+
+def test_removing_the_last_key_keeps_its_folders_until_rmdir(mountpoint: Path) -> None:
+    store = MemoryStore()
+    store["a/b/c"] = b"1"
+    with zfuse.mounted(store, mountpoint, attr_timeout=0) as m:  # nothing cached
+        root = Path(m.path)
+        os.unlink(root / "a" / "b" / "c")
+        assert dict(store) == {}
+        assert os.listdir(root / "a") == ["b"] and os.listdir(root / "a" / "b") == []
+        os.rmdir(root / "a" / "b")
+        os.rmdir(root / "a")
+        assert os.listdir(root) == []
+
+
+def test_changes_made_to_the_store_show_after_attr_timeout(mountpoint: Path) -> None:
+    store = MemoryStore()
+    store["k"] = b"first"
+    with zfuse.mounted(store, mountpoint, attr_timeout=0.2) as m:
+        path = Path(m.path) / "k"
+        assert path.read_bytes() == b"first"
+        store["k"] = b"FIRST"  # the same size: only the timeout can reveal it
+        store["new"] = b"n"
+        time.sleep(0.5)  # waits out the cache; nothing here is timed
+        assert path.read_bytes() == b"FIRST"
+        assert (Path(m.path) / "new").read_bytes() == b"n"
+
+
+def test_backend_failure_is_eio_with_a_log_line(mountpoint: Path,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    store = MemoryStore()
+    store["k"] = b"value"
+    with zfuse.mounted(store, mountpoint, attr_timeout=0) as m:
+        writer = open(Path(m.path) / "w", "wb")  # noqa: SIM115 - closed below, to fail
+        writer.write(b"unsaved")
+        with caplog.at_level(logging.ERROR, logger="zfuse"):
+            store.close()
+            with pytest.raises(OSError) as raised:
+                (Path(m.path) / "k").read_bytes()
+            assert raised.value.errno == errno.EIO
+            with pytest.raises(OSError) as raised:
+                writer.close()  # the failed commit surfaces at close()
+            assert raised.value.errno == errno.EIO
+    assert any("StoreClosedError" in record.getMessage() for record in caplog.records)
+
+
+def test_mount_point_problems_are_refused_before_mounting(tmp_path: Path) -> None:
+    require_fuse()
+    store = MemoryStore()
+    with pytest.raises(zfuse.MountError, match="does not exist"):
+        zfuse.mount(store, tmp_path / "missing", foreground=False)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(zfuse.MountError, match="not empty"):
+        zfuse.mount(store, tmp_path / "full", foreground=False)
+    (tmp_path / "mnt").mkdir()
+    with (zfuse.mounted(store, tmp_path / "mnt"),
+          pytest.raises(zfuse.MountError, match="already a mount point")):
+        zfuse.mount(store, tmp_path / "mnt", foreground=False)
+    assert not zfuse.is_mounted(tmp_path / "mnt")
+
+
+def test_mounted_unmounts_when_the_body_fails_even_if_busy(mountpoint: Path) -> None:
+    store = MemoryStore()
+    store["f"] = b"x"
+    busy = None
+    try:
+        with pytest.raises(RuntimeError, match="boom"), zfuse.mounted(store, mountpoint) as m:
+            busy = subprocess.Popen(["sleep", "60"], cwd=m.path)
+            raise RuntimeError("boom")
+        assert not zfuse.is_mounted(mountpoint)  # detached although still in use
+        assert m.active
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    m.unmount()  # already detached: waits for the thread to end
+    assert not m.active
+
+
+def test_unmount_of_something_not_mounted_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(zfuse.MountError, match="not mounted"):
+        zfuse.unmount(tmp_path)

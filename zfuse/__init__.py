@@ -1,0 +1,22 @@
+"""zfuse: any zstores store as a folder, through FUSE.
+
+The ``zfuse`` command mounts a store URL in a daemon; from Python,
+``mounted`` mounts in a thread for the length of a ``with`` block:
+
+>>> import os, tempfile, zfuse, zstores                      # doctest: +SKIP
+>>> store = zstores.MemoryStore()                            # doctest: +SKIP
+>>> with zfuse.mounted(store, tempfile.mkdtemp()) as m:      # doctest: +SKIP
+...     os.mkdir(f"{m}/group")
+...     with open(f"{m}/group/.zgroup", "w") as f:
+...         f.write('{"zarr_format": 2}')
+>>> store["group/.zgroup"]                                   # doctest: +SKIP
+b'{"zarr_format": 2}'
+
+See docs/zfuse.md for what the mount shows and how it maps errors.
+"""
+
+from __future__ import annotations
+
+from .mount import Mount, MountError, check_mountpoint, is_mounted, mount, mounted, unmount
+
+__all__ = ["Mount", "MountError", "check_mountpoint", "is_mounted", "mount", "mounted", "unmount"]

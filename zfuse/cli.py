@@ -1,0 +1,259 @@
+"""The ``zfuse`` command: mount a store URL as a folder, and unmount it.
+
+::
+
+    zfuse mount URL MOUNTPOINT [--read-only] [--foreground] [--allow-other]
+                [--attr-timeout S] [-o FUSE_OPTION ...] [--log-file PATH]
+    zfuse unmount MOUNTPOINT [--lazy]
+
+By default ``mount`` starts a daemon and returns once the mount answers.  The
+daemon is forked before anything else happens (forking a process that
+already runs threads can hang it, and stores and libfuse start threads), then
+opens the store and mounts; until the mount answers, whatever it prints and
+its verdict travel back to the waiting command through a pipe, so every
+failure is reported by the command that was typed, with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import select
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .mount import MountError, check_mountpoint, mount, parse_fuse_options, unmount
+
+__all__ = ["main"]
+
+_READY = b"\x00zfuse-ready\n"
+_START_TIMEOUT = 120.0
+_LOG_FORMAT = "%(asctime)s zfuse[%(process)d] %(levelname)s %(message)s"
+
+
+class _Failure(Exception):
+    """A one-line reason to stop with exit status 1."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zfuse", description="Show a zstores store as a folder (FUSE)."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    mount_cmd = commands.add_parser(
+        "mount", help="mount a store URL at an empty directory",
+        description="Mount a store (file://, zip://, lmdb://, sqlite://, redis:// ... "
+        "or a plain path) at MOUNTPOINT.  Goes to the background once the mount answers "
+        "unless --foreground is given.",
+    )
+    mount_cmd.add_argument("url", metavar="URL", help="the store URL, or a path")
+    mount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
+    mount_cmd.add_argument("--read-only", action="store_true",
+                           help="open the store read-only and refuse every change (EROFS)")
+    mount_cmd.add_argument("--foreground", action="store_true",
+                           help="stay attached; Ctrl-C or SIGTERM unmounts")
+    mount_cmd.add_argument("--allow-other", action="store_true",
+                           help="let other users see the mount")
+    mount_cmd.add_argument("--attr-timeout", type=_seconds, default=1.0, metavar="S",
+                           help="seconds metadata may be cached (default 1); changes made "
+                           "to the store by others show after at most this long")
+    mount_cmd.add_argument("-o", dest="fuse_options", action="append", default=[],
+                           metavar="FUSE_OPTION", help="a libfuse option (name or name=value); "
+                           "may be repeated or comma-separated")
+    mount_cmd.add_argument("--log-file", metavar="PATH",
+                           help="append the daemon's log (failed operations) to PATH")
+
+    unmount_cmd = commands.add_parser("unmount", help="unmount a zfuse mount",
+                                      description="Unmount MOUNTPOINT (also after the "
+                                      "daemon died) and wait for the daemon to close the store.")
+    unmount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT")
+    unmount_cmd.add_argument("--lazy", action="store_true",
+                             help="detach now even if busy; released when the last file closes")
+    return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, not {text}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``zfuse`` command; return its exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "unmount":
+            unmount(args.mountpoint, lazy=args.lazy)
+            return 0
+        return _mount(args)
+    except (_Failure, MountError) as error:
+        print(f"zfuse: error: {error}", file=sys.stderr)
+        return 1
+
+
+# ------------------------------------------------------------------ mount
+def _mount(args: argparse.Namespace) -> int:
+    mountpoint = check_mountpoint(args.mountpoint)
+    if args.log_file:
+        args.log_file = os.path.abspath(args.log_file)  # the daemon changes to /
+    extra = parse_fuse_options(args.fuse_options)
+    _check_fuse()
+    if args.foreground:
+        _configure_logging(args.log_file)
+        store = _open(args.url, args.read_only)
+        try:
+            _serve(args, store, mountpoint, extra, on_ready=lambda: print(
+                f"zfuse: {_redact(args.url)} mounted at {mountpoint}; Ctrl-C unmounts",
+                file=sys.stderr, flush=True))
+        finally:
+            store.close()
+        return 0
+    pid = _start_daemon(args, mountpoint, extra)
+    print(f"zfuse: {_redact(args.url)} mounted at {mountpoint} (daemon pid {pid}); "
+          f"unmount with: zfuse unmount {mountpoint}")
+    return 0
+
+
+def _check_fuse() -> None:
+    try:
+        import mfusepy  # noqa: F401 - loads libfuse
+    except (ImportError, OSError, AttributeError) as error:
+        raise _Failure(f"FUSE is not available: {error}") from None
+    if not os.path.exists("/dev/fuse"):
+        raise _Failure("FUSE is not available: /dev/fuse is missing (load the fuse module)")
+
+
+def _redact(url: str) -> str:
+    try:
+        from zstores.urls import redact_url
+    except ImportError:
+        return url
+    return redact_url(url)
+
+
+def _open(url: str, read_only: bool) -> Any:
+    from zstores.urls import open_store
+
+    try:
+        return open_store(url, mode="r" if read_only else "a")
+    except Exception as error:  # noqa: BLE001 - any failure to open is reported in one line
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise _Failure(f"cannot open store {_redact(url)}: {message}") from None
+
+
+def _serve(args: argparse.Namespace, store: Any, mountpoint: str, extra: dict[str, Any],
+           **options: Any) -> None:
+    mount(store, mountpoint, read_only=args.read_only, foreground=True,
+          attr_timeout=args.attr_timeout, allow_other=args.allow_other,
+          fuse_options_extra=extra, **options)
+
+
+def _configure_logging(log_file: str | None) -> None:
+    handler: logging.Handler = (logging.FileHandler(log_file) if log_file
+                                else logging.StreamHandler(sys.stderr))
+    handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+    logger = logging.getLogger("zfuse")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+# ------------------------------------------------------------------ daemon
+def _start_daemon(args: argparse.Namespace, mountpoint: str, extra: dict[str, Any]) -> int:
+    """Fork the daemon and wait until its mount answers; its pid."""
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the daemon: never returns
+        os.close(read_end)
+        status = 1
+        try:
+            status = _daemon(args, mountpoint, extra, write_end)
+        except BaseException as error:  # noqa: BLE001 - reported through the pipe
+            print(f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    said = _read_until_closed(read_end, pid)
+    if _READY not in said:
+        _, status = os.waitpid(pid, 0)
+        raise _Failure(_one_line(said, status))
+    try:
+        os.stat(mountpoint)  # the mount answers (the kernel waits for the daemon's INIT reply)
+    except OSError as error:
+        raise _Failure(f"the mount at {mountpoint} does not answer: {error.strerror}") from None
+    return pid
+
+
+def _one_line(said: bytes, status: int) -> str:
+    """The daemon's verdict, with what libfuse said before it (e.g. a bad -o option)."""
+    lines = [line.strip() for line in said.decode(errors="replace").splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return f"the daemon exited with status {status >> 8} before mounting"
+    prefix = "zfuse: error: "
+    verdicts = [line for line in lines if line.startswith(prefix)]
+    verdict = (verdicts[-1] if verdicts else lines[-1]).removeprefix(prefix)
+    others = [line for line in lines if not line.startswith(prefix)]
+    return f"{verdict}: {'; '.join(others)}" if verdicts and others else verdict
+
+
+def _read_until_closed(fd: int, pid: int) -> bytes:
+    said = b""
+    remaining = _START_TIMEOUT
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        while True:
+            ready, _, _ = select.select([pipe], [], [], remaining)
+            if not ready:
+                os.kill(pid, signal.SIGTERM)
+                raise _Failure(f"the daemon did not mount within {_START_TIMEOUT:.0f} s")
+            chunk = pipe.read(65536)
+            if not chunk:
+                return said
+            said += chunk
+
+
+def _daemon(args: argparse.Namespace, mountpoint: str, extra: dict[str, Any],
+            ready_fd: int) -> int:
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    # Until the mount answers, everything said (libfuse's own messages too)
+    # goes to the command waiting at the other end of the pipe.
+    os.dup2(ready_fd, 1)
+    os.dup2(ready_fd, 2)
+    _configure_logging(None)
+    try:
+        store = _open(args.url, args.read_only)
+    except _Failure as error:
+        print(f"zfuse: error: {error}", file=sys.stderr, flush=True)
+        return 1
+    os.chdir("/")
+
+    def ready() -> None:
+        target = null
+        if args.log_file:
+            target = os.open(args.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.write(ready_fd, _READY)
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        os.close(ready_fd)
+
+    try:
+        _serve(args, store, mountpoint, extra, on_ready=ready, fsname=f"zfuse-{os.getpid()}")
+    except MountError as error:
+        print(f"zfuse: error: {error}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        store.close()
+    return 0

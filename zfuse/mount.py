@@ -1,0 +1,549 @@
+"""mount(), mounted() and unmount(): a store as a folder, in the foreground or a thread.
+
+``mount(..., foreground=True)`` serves the mount in the calling thread until
+it is unmounted (from the main thread, Ctrl-C and SIGTERM unmount cleanly).
+``mount(..., foreground=False)`` serves it from a thread of this process and
+returns a ``Mount`` once the mount answers; ``mounted()`` wraps that in a
+context manager that always unmounts.  The ``zfuse`` command runs the mount
+in a daemon process instead (``zfuse.cli``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Self
+
+from zstores import Store, ZStoresError
+
+from .operations import BLOCK_SIZE, StoreOperations
+
+__all__ = [
+    "Mount",
+    "MountError",
+    "check_mountpoint",
+    "fuse_options",
+    "is_mounted",
+    "mount",
+    "mounted",
+    "unmount",
+]
+
+#: The filesystem type zfuse mounts show in /proc/mounts.
+SUBTYPE = "zfuse"
+
+# Seconds to wait for a mount to answer, and for a busy mount to become free.
+_READY_TIMEOUT = 30.0
+_BUSY_TIMEOUT = 5.0
+
+_DAEMON_FSNAME = re.compile(r"zfuse-(\d+)\Z")
+
+
+class MountError(ZStoresError, OSError):
+    """A mount point is unusable, or mounting or unmounting failed; the message says why."""
+
+
+# ------------------------------------------------------------ mount table
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _mount_entry(path: str) -> tuple[str, str] | None:
+    """(source, type) of the mount at ``path`` per /proc/self/mounts, or None."""
+    wanted = {os.path.abspath(path), os.path.realpath(path)}
+    entry = None
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as table:
+            for line in table:
+                fields = line.split(" ")
+                if len(fields) >= 3 and _unescape(fields[1]) in wanted:
+                    entry = (_unescape(fields[0]), fields[2])  # the last mount on top wins
+    except FileNotFoundError:
+        return None
+    return entry
+
+
+def is_mounted(path: str | os.PathLike[str]) -> bool:
+    """True if something is mounted at ``path`` (also a mount whose daemon died)."""
+    return _mount_entry(os.fspath(path)) is not None
+
+
+def check_mountpoint(path: str | os.PathLike[str]) -> str:
+    """Return the absolute mount point if it is an empty, unmounted directory.
+
+    Raises
+    ------
+    MountError
+        If it is missing, not a directory, not empty or already mounted.
+    """
+    path = os.path.abspath(os.fspath(path))
+    entry = _mount_entry(path)
+    if entry is not None:
+        raise MountError(
+            f"{path} is already a mount point ({entry[1]}); unmount it first "
+            f"(zfuse unmount {path})"
+        )
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        raise MountError(f"mount point {path} does not exist; create it first (mkdir)") from None
+    except OSError as error:
+        raise MountError(f"mount point {path} is not usable: {error.strerror}") from None
+    if not os.path.isdir(path):
+        raise MountError(f"mount point {path} is not a directory")
+    if os.listdir(path):
+        raise MountError(f"mount point {path} is not empty; mount on an empty directory")
+    return path
+
+
+# ------------------------------------------------------------ options
+def fuse_options(
+    *,
+    read_only: bool = False,
+    attr_timeout: float = 1.0,
+    allow_other: bool = False,
+    fsname: str = SUBTYPE,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The libfuse options of a zfuse mount, as ``mfusepy.FUSE`` keyword arguments.
+
+    ``extra`` (``-o`` options: ``{"name": value}``, ``True`` for a flag) is
+    applied last and may override any of them.
+
+    Examples
+    --------
+    >>> fuse_options(read_only=True)["ro"], fuse_options()["hard_remove"]
+    (True, True)
+    """
+    import mfusepy
+
+    if attr_timeout < 0:
+        raise ValueError(f"attr_timeout must be >= 0 seconds, not {attr_timeout}")
+    options: dict[str, Any] = {
+        "fsname": fsname,
+        "subtype": SUBTYPE,
+        # stat() shows our inode numbers (stable per key, new for new values).
+        "use_ino": True,
+        # unlink really unlinks: no .fuse_hidden* keys for files still open.
+        "hard_remove": True,
+        # the kernel checks the modes it shows; it then needs no access() calls.
+        "default_permissions": True,
+        "attr_timeout": attr_timeout,
+        "entry_timeout": attr_timeout,
+        "negative_timeout": attr_timeout,
+        "max_read": BLOCK_SIZE,
+    }
+    if mfusepy.fuse_version_major == 2:
+        # O_TRUNC reaches open() instead of a separate truncate that would
+        # empty the stored value before the new one is written.
+        options.update(atomic_o_trunc=True, big_writes=True, max_write=BLOCK_SIZE)
+    if read_only:
+        options["ro"] = True
+    if allow_other:
+        options["allow_other"] = True
+    options.update(extra or {})
+    return options
+
+
+def parse_fuse_options(texts: list[str]) -> dict[str, Any]:
+    """``["a=1,b", "c"]`` (``-o`` arguments) as ``{"a": "1", "b": True, "c": True}``."""
+    options: dict[str, Any] = {}
+    for text in texts:
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            name, sep, value = item.partition("=")
+            options[name] = value if sep else True
+    return options
+
+
+# ------------------------------------------------------------ serving
+_thread_state = threading.local()
+
+
+@functools.cache
+def _fuse_class() -> type:
+    """``mfusepy.FUSE`` with a few changes on the hot path (built on first use).
+
+    * Each libfuse worker thread keeps one Python thread state for its whole
+      life.  A callback from a thread Python did not start otherwise creates
+      and destroys a thread state per call, which costs as much as the rest
+      of a small request together.
+    * Attributes are written into libfuse's ``struct stat`` once per cached
+      entry and copied afterwards, without mfusepy's generic per-field work.
+    * Reads copy once, from the bytes the store returned to libfuse's
+      buffer, instead of slicing them first.
+    * Directory entries go to libfuse's filler with only what the kernel
+      keeps of them (type and inode), without mfusepy's generic per-entry checks.
+    """
+    import ctypes
+
+    import mfusepy
+
+    ensure = ctypes.pythonapi.PyGILState_Ensure
+    stat_size = ctypes.sizeof(mfusepy.c_stat)
+
+    def pack_stat(attrs: Mapping[str, int]) -> bytes:
+        st = mfusepy.c_stat()
+        st.st_mode = attrs["st_mode"]
+        st.st_ino = attrs["st_ino"]
+        st.st_nlink = attrs["st_nlink"]
+        st.st_uid = attrs["st_uid"]
+        st.st_gid = attrs["st_gid"]
+        st.st_size = attrs["st_size"]
+        st.st_blocks = attrs["st_blocks"]
+        st.st_blksize = attrs["st_blksize"]
+        for name in ("st_atime", "st_mtime", "st_ctime"):
+            spec = getattr(st, name + "spec")
+            spec.tv_sec, spec.tv_nsec = divmod(attrs[name], 10**9)
+        return ctypes.string_at(ctypes.addressof(st), stat_size)
+
+    class FUSE(mfusepy.FUSE):
+        def _wrapper(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+            if not getattr(_thread_state, "pinned", False):
+                ensure()  # never released: the thread state outlives this call
+                _thread_state.pinned = True
+            return super()._wrapper(func, *args, **kwargs)
+
+        def fgetattr(self, path: bytes | None, buf: Any, fip: Any) -> int:
+            attrs = self.operations.getattr(
+                None if path is None else path.decode(self.encoding, self.errors),
+                fip.contents if fip else None,
+            )
+            packed = getattr(attrs, "packed", None)
+            if packed is None:
+                packed = pack_stat(attrs)
+                if hasattr(attrs, "packed"):
+                    attrs.packed = packed  # a cached entry is packed once
+            ctypes.memmove(buf, packed, stat_size)
+            return 0
+
+        def read(self, path: bytes | None, buf: Any, size: int, offset: int, fip: Any) -> int:
+            data, start, length = self.operations.read_view(size, offset, fip.contents)
+            if type(data) is not bytes:  # a backend returned another buffer type
+                data, start = bytes(data[start:start + length]), 0
+            if length:
+                # Copy straight from the bytes object; ``data`` stays referenced here.
+                address = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
+                ctypes.memmove(buf, address + start, length)
+            return length
+
+        def readdir_fuse_2(self, path: bytes | None, buf: Any, filler: Any, offset: int,
+                           fip: Any) -> int:
+            entries = self.operations.listing(
+                None if path is None else path.decode(self.encoding, self.errors),
+                fip.contents.fh,
+            )
+            st = mfusepy.c_stat()
+            encoding, errors = self.encoding, self.errors
+            for name, mode, ino in entries:
+                st.st_mode = mode
+                st.st_ino = ino
+                if filler(buf, name.encode(encoding, errors), st, 0):
+                    break
+            return 0
+
+    return FUSE
+
+
+# ------------------------------------------------------------ mounting
+class Mount(os.PathLike[str]):
+    """A mount served by a thread of this process; ``os.fspath(m)`` is the mount point.
+
+    Examples
+    --------
+    >>> import tempfile, zstores                                  # doctest: +SKIP
+    >>> m = mount(zstores.MemoryStore(), tempfile.mkdtemp(), foreground=False)  # doctest: +SKIP
+    >>> os.listdir(m)                                             # doctest: +SKIP
+    []
+    >>> m.unmount()                                               # doctest: +SKIP
+    """
+
+    def __init__(self, path: str, operations: StoreOperations, thread: threading.Thread,
+                 errors: list[BaseException]) -> None:
+        self.path = path
+        self.operations = operations
+        self._thread = thread
+        self._errors = errors
+
+    @property
+    def store(self) -> Store:
+        """The mounted store."""
+        return self.operations.store
+
+    @property
+    def active(self) -> bool:
+        """True while the serving thread runs."""
+        return self._thread.is_alive()
+
+    def unmount(self, *, lazy: bool = False, timeout: float = _BUSY_TIMEOUT) -> None:
+        """Unmount and wait for the serving thread to end.
+
+        A busy mount is retried for ``timeout`` seconds.  ``lazy`` detaches
+        it at once; the thread then serves the files still open until they
+        close, and this returns without waiting for them.
+
+        Raises
+        ------
+        MountError
+            If the mount stays busy (and ``lazy`` is False), or the thread
+            does not end after a complete unmount.
+        """
+        if self._thread.is_alive() and is_mounted(self.path):
+            unmount(self.path, lazy=lazy, timeout=timeout)
+        if lazy:
+            self._thread.join(0.5)
+            return
+        self._thread.join(30)
+        if self._thread.is_alive():
+            raise MountError(f"the mount at {self.path} was unmounted but its thread "
+                             "did not stop within 30 s")
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.unmount()
+
+    def __repr__(self) -> str:
+        return f"Mount({self.path!r}, store={self.store!r})"
+
+
+def mount(
+    store: Store,
+    mountpoint: str | os.PathLike[str],
+    *,
+    read_only: bool = False,
+    foreground: bool = True,
+    attr_timeout: float = 1.0,
+    allow_other: bool = False,
+    fuse_options_extra: Mapping[str, Any] | None = None,
+    fsname: str = SUBTYPE,
+    on_ready: Callable[[], None] | None = None,
+) -> Mount | None:
+    """Show ``store`` as a folder at ``mountpoint``.
+
+    Parameters
+    ----------
+    store : Store
+        Any open zstores store.  It is not closed at unmount.
+    mountpoint : str or os.PathLike
+        An existing, empty directory.
+    read_only : bool
+        Refuse every change (EROFS); implied by a store opened with mode ``"r"``.
+    foreground : bool
+        ``True``: serve in this thread and return after the unmount.
+        ``False``: serve from a thread and return a ``Mount`` once the mount
+        answers.
+    attr_timeout : float
+        Seconds the kernel and the mount may serve metadata (and contents of
+        unchanged files) from cache; changes made to the store by others
+        than the mount show after at most this long.
+    allow_other : bool
+        Let other users see the mount (non-root users need
+        ``user_allow_other`` in /etc/fuse.conf).
+    fuse_options_extra : mapping, optional
+        More libfuse ``-o`` options (``{"name": value}``, ``True`` for flags).
+    fsname : str
+        What ``df`` and /proc/mounts show as the mount's source.
+    on_ready : callable, optional
+        Called once the kernel has connected the mount.
+
+    Returns
+    -------
+    Mount or None
+        The running mount when ``foreground`` is False, else None.
+
+    Raises
+    ------
+    MountError
+        If the mount point is unusable or the mount fails.
+
+    Examples
+    --------
+    >>> import tempfile, zstores                                  # doctest: +SKIP
+    >>> store = zstores.MemoryStore()                             # doctest: +SKIP
+    >>> m = mount(store, tempfile.mkdtemp(), foreground=False)    # doctest: +SKIP
+    >>> open(os.path.join(m, "a.txt"), "w").write("hi")           # doctest: +SKIP
+    >>> m.unmount(); store["a.txt"]                               # doctest: +SKIP
+    b'hi'
+    """
+    path = check_mountpoint(mountpoint)
+    if store.closed:
+        raise MountError(f"cannot mount {store!r}: the store is closed")
+    operations = StoreOperations(store, read_only=read_only, attr_timeout=attr_timeout,
+                                 on_ready=on_ready)
+    options = fuse_options(read_only=operations.read_only, attr_timeout=attr_timeout,
+                           allow_other=allow_other, fsname=fsname, extra=fuse_options_extra)
+
+    def serve() -> None:
+        _fuse_class()(operations, path, raw_fi=True, foreground=True, **options)
+
+    if foreground:
+        try:
+            serve()
+        except RuntimeError as error:
+            raise MountError(f"libfuse could not mount {path} (status {error})") from None
+        return None
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            serve()
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting caller
+            errors.append(error)
+
+    thread = threading.Thread(target=run, name=f"zfuse {path}", daemon=True)
+    thread.start()
+    _wait_until_answering(path, operations, thread, errors)
+    return Mount(path, operations, thread, errors)
+
+
+def _wait_until_answering(path: str, operations: StoreOperations, thread: threading.Thread,
+                          errors: list[BaseException]) -> None:
+    deadline = time.monotonic() + _READY_TIMEOUT
+    while not operations.ready.wait(0.02):
+        if not thread.is_alive():
+            reason = f": {errors[0]}" if errors else ""
+            raise MountError(f"libfuse could not mount {path}{reason}")
+        if time.monotonic() > deadline:
+            break
+    # The kernel queues requests until the INIT reply: a stat answers once it is done.
+    while time.monotonic() < deadline:
+        if is_mounted(path):
+            try:
+                os.stat(path)
+                return
+            except OSError:
+                pass
+        if not thread.is_alive():
+            break
+        time.sleep(0.02)
+    if is_mounted(path):
+        unmount(path, lazy=True)
+    thread.join(5)
+    raise MountError(f"the mount at {path} did not answer within {_READY_TIMEOUT} s")
+
+
+@contextmanager
+def mounted(store: Store, mountpoint: str | os.PathLike[str], **options: Any) -> Iterator[Mount]:
+    """Mount in a thread, yield once the mount answers, and always unmount on exit.
+
+    ``options`` are those of ``mount`` (``read_only``, ``attr_timeout`` ...).
+    If the mount is still busy at exit (a process has a file open in it), it
+    is unmounted lazily: it disappears now and is released when the last
+    file closes.
+
+    Do not ``mmap`` files of an in-process mount from the same process: a page
+    fault would wait for this process's own FUSE threads while holding the
+    interpreter lock.  Use the ``zfuse`` command (a separate process) for that.
+
+    Examples
+    --------
+    >>> import tempfile, zstores                                  # doctest: +SKIP
+    >>> store = zstores.MemoryStore()                             # doctest: +SKIP
+    >>> store["arr/.zarray"] = b"{}"                              # doctest: +SKIP
+    >>> with mounted(store, tempfile.mkdtemp()) as m:             # doctest: +SKIP
+    ...     os.listdir(os.path.join(m, "arr"))
+    ['.zarray']
+    """
+    options.pop("foreground", None)
+    handle = mount(store, mountpoint, foreground=False, **options)
+    assert handle is not None
+    try:
+        yield handle
+    finally:
+        try:
+            handle.unmount(timeout=2.0)
+        except MountError:
+            handle.unmount(lazy=True)
+
+
+# ------------------------------------------------------------ unmounting
+def _fusermount() -> list[str]:
+    for name in ("fusermount", "fusermount3"):
+        found = shutil.which(name)
+        if found:
+            return [found, "-u"]
+    if os.geteuid() == 0 and shutil.which("umount"):
+        return ["umount"]
+    raise MountError("cannot unmount: neither fusermount nor umount is installed")
+
+
+def unmount(mountpoint: str | os.PathLike[str], *, lazy: bool = False,
+            timeout: float = _BUSY_TIMEOUT) -> None:
+    """Unmount a zfuse mount (also one whose daemon was killed).
+
+    A busy mount is retried for ``timeout`` seconds; ``lazy`` detaches it at
+    once and releases it when the last open file closes.  For a mount served
+    by a ``zfuse`` daemon, waits for the daemon to close the store.
+
+    Raises
+    ------
+    MountError
+        If nothing is mounted there, it is not a FUSE mount, or it stays busy.
+    """
+    path = os.path.abspath(os.fspath(mountpoint))
+    entry = _mount_entry(path)
+    if entry is None:
+        raise MountError(f"{path} is not mounted")
+    source, kind = entry
+    if not kind.startswith("fuse"):
+        raise MountError(f"{path} is a {kind} mount, not a FUSE mount")
+    base = _fusermount()
+    command = base + ([("-z" if "fusermount" in os.path.basename(base[0]) else "-l")]
+                      if lazy else []) + [path]
+    deadline = time.monotonic() + timeout
+    while True:
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode == 0 or _mount_entry(path) is None:
+            break
+        message = (done.stderr or done.stdout).strip().splitlines()
+        reason = message[-1] if message else f"exit status {done.returncode}"
+        if "busy" not in reason.lower() or time.monotonic() > deadline:
+            if "busy" in reason.lower():
+                reason = (f"{path} is busy (a process has a file or its working "
+                          "directory in it); close them or unmount lazily")
+            raise MountError(f"cannot unmount {path}: {reason}")
+        time.sleep(0.1)
+    daemon = _DAEMON_FSNAME.match(source)
+    if daemon:
+        _wait_for_exit(int(daemon.group(1)), 60.0)
+
+
+def _wait_for_exit(pid: int, timeout: float) -> None:
+    """Wait until process ``pid`` has exited (it closes its store first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            pass
+        if _is_zombie(pid):
+            return
+        time.sleep(0.05)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as info:
+            return info.read().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
