@@ -10,24 +10,35 @@ faster).
 
     .venv/bin/python scripts/bench_stores.py              # print the table
     .venv/bin/python scripts/bench_stores.py --record     # and write docs/benchmarks.md
+    .venv/bin/python scripts/bench_stores.py --backends redis mongodb --rounds 3
+
+Redis and MongoDB use the servers named by ZSTORES_TEST_REDIS_URL and
+ZSTORES_TEST_MONGODB_URL, or start their own with scripts/services.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "scripts" / "bench_worker.py"
-BACKENDS = ["memory", "directory", "nested", "zip", "dbm", "lmdb", "sqlite"]
+BACKENDS = ["memory", "directory", "nested", "zip", "dbm", "lmdb", "sqlite", "redis", "mongodb"]
 IMPLS = ["zstores", "zarr2", "raw"]
 # (value size, number of keys); size 1 is the listdir-of-many-tiny-keys figure.
 WORKLOADS = [(64 << 10, 1000), (1 << 20, 100), (1, 100_000)]
+# Servers on loopback: small values, where round trips dominate, and large ones.
+NETWORK_WORKLOADS = [(4 << 10, 1000), (1 << 20, 100)]
+# Backends that need a server, and the variable naming its URL.
+NETWORK = {"redis": "ZSTORES_TEST_REDIS_URL", "mongodb": "ZSTORES_TEST_MONGODB_URL"}
 MARK_BEGIN = "<!-- bench_stores:begin -->"
 MARK_END = "<!-- bench_stores:end -->"
 
@@ -50,7 +61,7 @@ def measure(args: argparse.Namespace) -> dict[tuple, float]:
     pythons = {"zstores": sys.executable, "raw": sys.executable, "zarr2": args.zarr2_python}
     samples: dict[tuple, list[float]] = {}
     for backend in args.backends:
-        for size, count in WORKLOADS:
+        for size, count in NETWORK_WORKLOADS if backend in NETWORK else WORKLOADS:
             if size == 1 and backend == "memory":
                 continue  # an in-memory store cannot be filled by another process
             for round_ in range(args.rounds):
@@ -61,6 +72,30 @@ def measure(args: argparse.Namespace) -> dict[tuple, float]:
                 print(f"  {backend} {size_label(size)} round {round_ + 1}/{args.rounds}",
                       file=sys.stderr, flush=True)
     return {key: statistics.median(values) for key, values in samples.items()}
+
+
+@contextlib.contextmanager
+def servers(backends: list[str]) -> Iterator[None]:
+    """Make sure the network backends have a server: the URLs set, or scripts/services."""
+    if all(NETWORK[b] in os.environ for b in backends if b in NETWORK):
+        yield
+        return
+    env = {**os.environ, "ZSTORES_SERVICES_DIR": str(ROOT / ".bench" / "services")}
+    services = [str(ROOT / "scripts" / "services")]
+    started = subprocess.run([*services, "start"], capture_output=True, text=True, env=env,
+                             check=False)
+    if started.returncode != 0:
+        raise SystemExit(f"scripts/services start failed:\n{started.stderr}")
+    urls = dict(line.removeprefix("export ").split("=", 1)
+                for line in started.stdout.splitlines() if line.startswith("export "))
+    added = {name: url for name, url in urls.items() if name not in os.environ}
+    os.environ.update(added)  # the workers inherit them
+    try:
+        yield
+    finally:
+        for name in added:
+            del os.environ[name]
+        subprocess.run([*services, "stop"], capture_output=True, env=env, check=False)
 
 
 def size_label(size: int) -> str:
@@ -114,7 +149,8 @@ def main() -> None:
     parser.add_argument("--record", action="store_true", help="write the table to docs/benchmarks.md")
     args = parser.parse_args()
     (ROOT / ".bench").mkdir(exist_ok=True)
-    text = table(measure(args), args.rounds)
+    with servers(args.backends):
+        text = table(measure(args), args.rounds)
     print(text)
     if args.record:
         record(text)

@@ -1,0 +1,560 @@
+"""MongoDBStore against real MongoDB wire-protocol servers: the conformance harness
+on the shared test server (ZSTORES_TEST_MONGODB_URL), private servers for
+restarts, what crosses the wire (pymongo's command monitoring), large values,
+and zarr-python 2.18 compatibility.
+
+The server here is nx-27017 (MongoDB's wire protocol on SQLite): no mongod can
+be installed.  Where it departs from MongoDB's documented behaviour the test
+stays, marked ``xfail(strict=True)`` with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import missing_peer
+from test_sqlite import decode_array
+
+from zstores.errors import (
+    InvalidKeyError,
+    ReadOnlyError,
+    StoreConnectionError,
+    StoreExistsError,
+    StoreNotFoundError,
+)
+from zstores.stores.mongodb import PART_SIZE, MongoDBStore
+from zstores.testing import StoreTests
+
+pymongo = pytest.importorskip("pymongo")
+from pymongo import monitoring
+
+MiB = 1 << 20
+TIMEOUT = {"serverSelectionTimeoutMS": 5000}
+
+
+# ------------------------------------------------------------------ servers
+@pytest.fixture(scope="session")
+def mongodb_url() -> str:
+    url = os.environ.get("ZSTORES_TEST_MONGODB_URL")
+    if not url:
+        missing_peer("ZSTORES_TEST_MONGODB_URL is not set: no MongoDB server (see scripts/services)")
+    try:
+        pymongo.MongoClient(url, serverSelectionTimeoutMS=5000).admin.command("ping")
+    except pymongo.errors.PyMongoError as error:
+        missing_peer(f"the MongoDB server at {url} does not answer: {error}")
+    return url
+
+
+@pytest.fixture(scope="session")
+def server_is_nx(mongodb_url) -> bool:
+    """True when the server is nx-27017 (it names itself in buildInfo), not a mongod."""
+    client = pymongo.MongoClient(mongodb_url, **TIMEOUT)
+    process = client.admin.command("buildInfo").get("process")
+    client.close()
+    return process == "nx_27017"
+
+
+def database_for(location: Path) -> str:
+    return "zt_" + hashlib.sha1(str(location).encode()).hexdigest()[:16]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def nx_27017() -> str:
+    for candidate in (os.environ.get("ZSTORES_NX_27017"),
+                      str(Path(sys.executable).parent / "nx-27017"), shutil.which("nx-27017")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    missing_peer("nx-27017 is not installed (pip install nx-27017)")
+
+
+class MongoServer:
+    """A private nx-27017 on 127.0.0.1, its data in a file, that a test can stop and restart."""
+
+    def __init__(self, folder: Path) -> None:
+        self.binary = nx_27017()
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"mongodb://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.folder / "server.out", "ab") as log:
+            self.process = subprocess.Popen(
+                [self.binary, "--db", str(self.folder / "data.db"), "--host", "127.0.0.1",
+                 "-p", str(self.port), "--pid-file", str(self.folder / "server.pid"),
+                 "--log-file", str(self.folder / "server.log")],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
+        client = pymongo.MongoClient(self.url, serverSelectionTimeoutMS=300)
+        deadline = time.monotonic() + 60
+        try:
+            while True:
+                try:
+                    client.admin.command("ping")
+                    return
+                except pymongo.errors.PyMongoError:
+                    if self.process.poll() is not None or time.monotonic() > deadline:
+                        raise AssertionError((self.folder / "server.out").read_text()) from None
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+@pytest.fixture
+def private_mongodb(tmp_path):
+    servers: list[MongoServer] = []
+
+    def start() -> MongoServer:
+        server = MongoServer(tmp_path / f"server{len(servers)}")
+        servers.append(server)
+        server.start()
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def drop(url: str, databases) -> None:
+    client = pymongo.MongoClient(url, **TIMEOUT)
+    for name in databases:
+        client.drop_database(name)
+    client.close()
+
+
+# ---------------------------------------------------------------- harness
+class TestMongoDBStore(StoreTests):
+    @pytest.fixture(autouse=True)
+    def _server(self, mongodb_url):
+        self.url = mongodb_url
+        self.databases: set[str] = set()
+        yield
+        drop(mongodb_url, self.databases)
+
+    @pytest.mark.slow
+    def test_100000_keys(self, store, server_is_nx):
+        if server_is_nx:
+            # Not run: it would hold the shared server for hours.
+            pytest.xfail("nx-27017 looks up every upsert without the index (a bulk_write of "
+                         "4,000 upserts takes ~30 s, 1,000 ~2.6 s), so 100,000 keys would take "
+                         "hours; this test runs in full against a mongod")
+        super().test_100000_keys(store)
+
+    def open_store(self, location, mode="a"):
+        database = database_for(location)
+        self.databases.add(database)
+        return MongoDBStore(self.url, database=database, mode=mode, **TIMEOUT)
+
+
+class Recorder(monitoring.CommandListener):
+    """pymongo's command monitoring: every command sent and every reply received."""
+
+    def __init__(self) -> None:
+        self.commands: list[dict] = []
+        self.replies: list[dict] = []
+
+    def started(self, event) -> None:
+        if event.command_name not in ("hello", "ismaster", "endSessions"):
+            self.commands.append({"name": event.command_name, **dict(event.command)})
+
+    def succeeded(self, event) -> None:
+        if event.command_name not in ("hello", "ismaster", "endSessions"):
+            self.replies.append(event.reply)
+
+    def failed(self, event) -> None:
+        pass
+
+    def reset(self) -> None:
+        self.commands.clear()
+        self.replies.clear()
+
+    def names(self) -> list[str]:
+        return [c["name"] for c in self.commands]
+
+
+@pytest.fixture
+def database(mongodb_url, request):
+    name = database_for(Path(request.node.nodeid))
+    drop(mongodb_url, [name])
+    yield name
+    drop(mongodb_url, [name])
+
+
+@pytest.fixture
+def recorder():
+    return Recorder()
+
+
+@pytest.fixture
+def store(mongodb_url, database, recorder):
+    with MongoDBStore(mongodb_url, database=database, event_listeners=[recorder], **TIMEOUT) as opened:
+        yield opened
+
+
+# ------------------------------------------------------------------ layout
+def test_documents_have_zarr2_layout_and_a_unique_index(store):
+    store["a/.zarray"] = b"{}"
+    store["a/.zarray"] = b"{ }"
+    docs = list(store.collection.find({}, {"_id": 0}))
+    assert docs == [{"key": "a/.zarray", "value": b"{ }", "size": 3}]
+    indexes = store.collection.index_information().values()
+    assert any(index["key"] == [("key", 1)] and index.get("unique") for index in indexes)
+    store.collection.insert_one({"key": "x/0.0", "value": b"from outside"})
+    assert store["x/0.0"] == b"from outside"
+    assert store.getsize("x/0.0") == store.getsize("x") == len(b"from outside")
+    assert store.getsize() == 3 + len(b"from outside")
+    with pytest.raises(pymongo.errors.DuplicateKeyError):
+        store.collection.insert_one({"key": "x/0.0", "value": b"twice"})
+
+
+def test_listing_and_membership_never_fetch_values(store, recorder):
+    store.setitems({f"g/{i}": b"V" * 1000 for i in range(50)})
+    store["g/big"] = bytes(17 * MiB)
+    recorder.reset()
+    assert store.listdir("g") == sorted([str(i) for i in range(50)] + ["big"])
+    assert sorted(store) == sorted([f"g/{i}" for i in range(50)] + ["g/big"])
+    assert "g/7" in store and "g/none" not in store
+    assert len(store) == 51
+    assert store.getsize("g") == 50_000 + 17 * MiB
+    assert recorder.names().count("find") >= 4
+    for command in recorder.commands:
+        if command["name"] == "find":
+            assert command["projection"] in (
+                {"_id": 0, "key": 1}, {"_id": 0, "key": 1, "size": 1}), command
+    received = json.dumps([reply for reply in recorder.replies], default=str)
+    assert "VVVV" not in received
+    assert len(received) < 50_000
+
+
+def test_prefix_queries_are_anchored_and_escaped(store, recorder):
+    names = ["a_b", "axb", "a.b", "a+b", "a(b", "a[b]", "a*b", "a?b", "a$b", "a^b", "a|b", "a{2}b"]
+    store.setitems({f"{name}/x": name.encode() for name in names} | {"z/a_b/x": b"deep"})
+    for name in names:
+        recorder.reset()
+        assert store.listdir(name) == ["x"], name
+        (find,) = [c for c in recorder.commands if c["name"] == "find"]
+        assert find["filter"]["key"]["$regex"].startswith("^"), find
+    store.rmdir("a.b")
+    store.rmdir("a*b")
+    assert sorted(store) == sorted(f"{n}/x" for n in names if n not in ("a.b", "a*b")) + ["z/a_b/x"]
+
+
+@pytest.mark.xfail(strict=True, reason="nx-27017 plans every query as a table SCAN; mongod uses "
+                   "the unique key index (IXSCAN) for equality and anchored-prefix queries")
+def test_prefix_queries_use_the_key_index(store, recorder):
+    store.setitems({f"g/{i}": b"x" for i in range(20)})
+    recorder.reset()
+    store.listdir("g")
+    (find,) = [c for c in recorder.commands if c["name"] == "find"]
+    db = store.collection.database
+    plan = db.command("explain", {"find": store.collection.name, "filter": find["filter"],
+                                  "projection": find["projection"]})
+    assert "IXSCAN" in json.dumps(plan["queryPlanner"]["winningPlan"], default=str)
+
+
+def test_batches_are_one_round_trip(store, recorder):
+    values = {f"b/{i}": bytes([i % 256]) * 100 for i in range(1000)}
+    recorder.reset()
+    store.setitems(values)
+    assert recorder.names() == ["find", "update"]  # which values had parts; the upserts
+    assert len(recorder.commands[1]["updates"]) == 1000
+    recorder.reset()
+    assert store.getitems(list(values) + ["b/missing"]) == values
+    assert recorder.names() == ["find"]
+    assert "$in" in recorder.commands[0]["filter"]["key"]
+    recorder.reset()
+    store.delitems(list(values)[:500])
+    assert recorder.names() == ["find", "delete"]
+    recorder.reset()
+    store.rmdir("b")
+    assert recorder.names() == ["find", "delete"]
+    assert len(store) == 0
+
+
+# ------------------------------------------------------------- large values
+def test_values_over_the_document_limit_are_split_and_read_whole(store):
+    rng = np.random.default_rng(2)
+    big = rng.integers(0, 256, 2 * PART_SIZE + 12345, dtype=np.uint8)
+    parts = store.collection.database[store.collection.name + "_parts"]
+    store["arr/0.0"] = big
+    assert store["arr/0.0"] == big.tobytes()
+    assert store.getsize("arr/0.0") == big.nbytes
+    assert store.getsize("arr") == big.nbytes
+    assert store.get_range("arr/0.0", -5) == big[-5:].tobytes()
+    assert parts.count_documents({}) == 3
+    assert "value" not in store.collection.find_one({"key": "arr/0.0"})
+
+    other = rng.integers(0, 256, 17 * MiB, dtype=np.uint8)
+    store.setitems({"arr/0.0": other, "arr/1.0": b"small", "arr/2.0": big})
+    assert store.getitems(["arr/0.0", "arr/1.0", "arr/2.0"]) == {
+        "arr/0.0": other.tobytes(), "arr/1.0": b"small", "arr/2.0": big.tobytes()}
+    assert parts.count_documents({}) == 3 + 3  # the replaced version's parts are gone
+
+    store["arr/0.0"] = b"small again"
+    assert store["arr/0.0"] == b"small again"
+    store.rename("arr/2.0", "moved/2.0")
+    assert store["moved/2.0"] == big.tobytes()
+    assert "arr/2.0" not in store
+    store.rename("moved", "arr")
+    assert store["arr/2.0"] == big.tobytes()
+    assert parts.count_documents({}) == 3
+    del store["arr/2.0"]
+    assert parts.count_documents({}) == 0
+    store["x"] = big
+    store.rmdir()
+    assert parts.count_documents({}) == 0 and len(store) == 0
+
+
+def test_readers_never_see_a_partly_written_large_value(mongodb_url, database):
+    first = bytes([1]) * (PART_SIZE + 1000)
+    second = bytes([2]) * (2 * PART_SIZE + 7)
+    writer = MongoDBStore(mongodb_url, database=database, **TIMEOUT)
+    reader = MongoDBStore(mongodb_url, database=database, **TIMEOUT)
+    writer["big"] = first
+    seen: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                value = reader["big"]
+                seen.append((len(value), value[0]))
+                assert value in (first, second), "a torn value"
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    try:
+        for round_ in range(6):
+            writer["big"] = second if round_ % 2 == 0 else first
+    finally:
+        done.set()
+        thread.join(timeout=120)
+    assert not errors, errors[0]
+    assert len(seen) >= 2
+    assert writer["big"] == first
+    writer.close()
+    reader.close()
+
+
+# ------------------------------------------------------------------- modes
+def test_modes_mean_the_collection_exists(mongodb_url, database):
+    with pytest.raises(StoreNotFoundError, match=f"{database}.zarr"):
+        MongoDBStore(mongodb_url, database=database, mode="r", **TIMEOUT)
+    with MongoDBStore(mongodb_url, database=database, mode="w-", **TIMEOUT) as store:
+        assert len(store) == 0
+    # Created with its index, empty: it exists now.
+    with MongoDBStore(mongodb_url, database=database, mode="r", **TIMEOUT) as store:
+        assert len(store) == 0
+    with pytest.raises(StoreExistsError):
+        MongoDBStore(mongodb_url, database=database, mode="w-", **TIMEOUT)
+    with pytest.raises(StoreNotFoundError):
+        MongoDBStore(mongodb_url, database=database, collection="other", mode="r+", **TIMEOUT)
+    client = pymongo.MongoClient(mongodb_url, **TIMEOUT)
+    assert "other" not in client[database].list_collection_names()  # "r+" created nothing
+    client.close()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"database": ""}, "database option"), ({"database": "a.b"}, "database option"),
+    ({"database": "a/b"}, "database option"), ({"database": "x" * 64}, "database option"),
+    ({"collection": ""}, "collection option"), ({"collection": "a$b"}, "collection option"),
+    ({"collection": "system.x"}, "collection option"),
+])
+def test_names_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        MongoDBStore("mongodb://127.0.0.1:1", **options)
+
+
+def test_lone_surrogate_key_is_refused(store):
+    with pytest.raises(InvalidKeyError, match="UTF-8"):
+        store["lone\udc80"] = b"x"
+
+
+def test_ready_client_is_used_not_closed_and_not_pickled(mongodb_url, database):
+    client = pymongo.MongoClient(mongodb_url, **TIMEOUT)
+    store = MongoDBStore(client, database=database)
+    store["k"] = b"v"
+    assert store.client is client
+    with pytest.raises(TypeError, match="ready MongoClient.*from a URL"):
+        pickle.dumps(store)
+    with MongoDBStore(mongodb_url, database=database, **TIMEOUT) as by_url:
+        assert by_url == store
+    store.close()
+    assert client[database]["zarr"].find_one({"key": "k"})["value"] == b"v"  # still open
+    with pytest.raises(ValueError, match="client options"):
+        MongoDBStore(client, database=database, tz_aware=True)
+    client.close()
+
+
+# ------------------------------------------------ failures and credentials
+def test_server_down_and_back(private_mongodb, tmp_path):
+    server = private_mongodb()
+    options = {"serverSelectionTimeoutMS": 400}
+    store = MongoDBStore(server.url, database="db", **options)
+    store.setitems({"a": b"1", "big": bytes([7]) * (PART_SIZE + 5)})
+    reader = MongoDBStore(server.url, database="db", mode="r", **options)
+    server.stop()
+
+    calls = {
+        "get": lambda: store["a"],
+        "set": lambda: store.__setitem__("b", b"2"),
+        "set large": lambda: store.__setitem__("big", bytes([8]) * (PART_SIZE + 5)),
+        "contains": lambda: "a" in store,
+        "listdir": lambda: store.listdir(),
+        "getitems": lambda: store.getitems(["a"]),
+        "setitems": lambda: store.setitems({"b": b"2"}),
+        "rmdir": lambda: store.rmdir("x"),
+        "len": lambda: len(store),
+        "reader": lambda: reader["a"],
+    }
+    for name, call in calls.items():
+        with pytest.raises(StoreConnectionError, match=f"mongodb://127.0.0.1:{server.port}") as info:
+            call()
+        assert isinstance(info.value, ConnectionError), name
+    # A read-only store refuses writes before any round trip.
+    for write in (lambda: reader.__setitem__("a", b"x"), lambda: reader.clear(),
+                  lambda: reader.setitems({"a": b"x"}), lambda: reader.rename("a", "b")):
+        with pytest.raises(ReadOnlyError):
+            write()
+
+    server.start()  # same port, same data file
+    assert store["a"] == b"1"
+    assert store["big"] == bytes([7]) * (PART_SIZE + 5)  # the failed overwrite left it whole
+    store["c"] = b"3"
+    assert reader["c"] == b"3"
+    assert sorted(store) == ["a", "big", "c"]
+    store.close()
+    reader.close()
+
+
+def test_server_killed_in_the_middle_of_a_large_write(private_mongodb):
+    """SIGKILL the server as soon as the first write of a large overwrite lands:
+    after a restart the key holds the old value or the new one, whole."""
+    server = private_mongodb()
+    old, new = bytes([1]) * (2 * PART_SIZE + 3), bytes([2]) * (2 * PART_SIZE + 5)
+    store = MongoDBStore(server.url, database="db", serverSelectionTimeoutMS=400)
+    store["big"] = old
+    watcher = pymongo.MongoClient(server.url, serverSelectionTimeoutMS=2000)
+    parts, docs = watcher["db"]["zarr_parts"], watcher["db"]["zarr"]
+    before = (parts.count_documents({}), docs.find_one({"key": "big"}, {"_id": 0, "parts": 1}))
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            store["big"] = new
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - checked below
+            outcome.append(error)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        while (parts.count_documents({}), docs.find_one({"key": "big"}, {"_id": 0, "parts": 1})) == before:
+            pass
+    finally:
+        server.process.kill()  # no shutdown: whatever was committed stays, nothing more
+        server.process.wait()
+    thread.join(timeout=60)
+    watcher.close()
+    assert outcome and (outcome[0] is None or isinstance(outcome[0], StoreConnectionError)), outcome
+    server.start()
+    assert store["big"] in (old, new)
+    store.close()
+
+
+def test_password_never_shown():
+    port = free_port()  # nothing listens here
+    url = f"mongodb://zarr-user:hunter2-secret@127.0.0.1:{port}/?authSource=admin"
+    with pytest.raises(StoreConnectionError) as info:
+        MongoDBStore(url, database="db", serverSelectionTimeoutMS=300)
+    shown = "".join(traceback.format_exception(info.value))
+    assert "hunter2-secret" not in shown
+    assert f"mongodb://zarr-user:***@127.0.0.1:{port}/?authSource=admin db.zarr" in shown
+
+
+# ------------------------------------------------ zarr-python 2 compatibility
+ZARR2_WRITE = """
+import warnings, zarr, numpy as np
+warnings.simplefilter("ignore", FutureWarning)
+store = zarr.MongoDBStore(database=database, collection="zarr", host=url)
+root = zarr.group(store=store)
+root.attrs["title"] = "written by zarr 2"
+arr = root.create_dataset("grp/arr", shape=(20, 30), chunks=(7, 8), dtype="<i4")
+arr[:] = np.arange(600, dtype="<i4").reshape(20, 30)
+root.create_dataset("a_b", shape=(3,), dtype="u1", fill_value=7)
+result = {key: bytes(store[key]).hex() for key in store.keys()}
+store.close()
+"""
+
+ZARR2_READ = """
+import warnings, zarr
+warnings.simplefilter("ignore", FutureWarning)
+store = zarr.MongoDBStore(database=database, collection="zarr", host=url)
+root = zarr.open_group(store=store, mode="r")
+result = {
+    "data": root["grp/arr"][:].tolist(),
+    "attrs": root.attrs.asdict(),
+    "items": {key: bytes(store[key]).hex() for key in store.keys()},
+}
+store.close()
+"""
+
+
+def test_reads_what_zarr2_wrote(mongodb_url, database, zarr2):
+    written = {k: bytes.fromhex(v)
+               for k, v in zarr2.run(ZARR2_WRITE, url=mongodb_url, database=database).items()}
+    with MongoDBStore(mongodb_url, database=database, mode="r", **TIMEOUT) as store:
+        contents = {key: store[key] for key in store}
+        assert contents == written
+        assert store.listdir() == [".zattrs", ".zgroup", "a_b", "grp"]
+    assert json.loads(contents[".zattrs"]) == {"title": "written by zarr 2"}
+    np.testing.assert_array_equal(
+        decode_array(contents, "grp/arr"), np.arange(600, dtype="<i4").reshape(20, 30))
+
+
+def test_zarr2_reads_what_we_wrote(mongodb_url, database, zarr2):
+    import zarr
+
+    memory: dict = {}
+    root = zarr.open_group(store=memory, zarr_format=2, mode="w")
+    root.attrs["title"] = "written by zstores"
+    arr = root.create_array("grp/arr", shape=(20, 30), chunks=(7, 8), dtype="<f8")
+    arr[:] = np.linspace(0, 1, 600).reshape(20, 30)
+    contents = {key: value.to_bytes() for key, value in memory.items()}
+    with MongoDBStore(mongodb_url, database=database, mode="w", **TIMEOUT) as store:
+        store.setitems(contents)
+    seen = zarr2.run(ZARR2_READ, url=mongodb_url, database=database)
+    assert {k: bytes.fromhex(v) for k, v in seen["items"].items()} == contents
+    np.testing.assert_array_equal(np.array(seen["data"]), np.linspace(0, 1, 600).reshape(20, 30))
+    assert seen["attrs"] == {"title": "written by zstores"}

@@ -1,0 +1,419 @@
+"""MongoDBStore: one document per key, values over the BSON limit split into parts."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+from ..base import Buffer, Mode, Store
+from ..errors import StoreConnectionError, ZStoresError
+from .redis import check_utf8_key, connection_error, network_errors_as, redact_url, secrets_of
+
+__all__ = ["MongoDBStore"]
+
+DEFAULT_URL = "mongodb://127.0.0.1:27017"
+
+# Field names.  "key" and "value" are zarr-python 2.18's; a value too large for
+# one document has "parts" (the id of its version) and "size" instead of "value".
+KEY, VALUE, PARTS, SIZE = "key", "value", "parts", "size"
+
+#: The BSON document limit of every MongoDB server.
+MAX_DOCUMENT = 16 << 20
+
+# A value is stored inline while value and key fit in a document with room to
+# spare for the field names and the BSON framing.
+_INLINE_MAX = MAX_DOCUMENT - (16 << 10)
+
+# A large value is split into parts of this size, each a document.
+PART_SIZE = 8 << 20
+
+# Keys per query in batched reads: far below the 16 MiB limit of a query.
+_BATCH = 10_000
+
+# How often a reader re-reads a large value that writers keep replacing.
+_READ_ATTEMPTS = 20
+
+_FIELDS = {"_id": 0, VALUE: 1, PARTS: 1, SIZE: 1}
+_PARTS_ONLY = {"_id": 0, PARTS: 1}
+
+_BAD_DATABASE_CHARS = set('/\\. "$*<>:|?\x00')
+
+
+def _import_pymongo() -> Any:
+    try:
+        import pymongo
+    except ImportError:  # pragma: no cover - the extra is installed in tests
+        raise ImportError(
+            "MongoDBStore needs the pymongo package: pip install 'zstores[mongodb]'"
+        ) from None
+    return pymongo
+
+
+def _check_names(database: str, collection: str) -> None:
+    if not isinstance(database, str) or not database or _BAD_DATABASE_CHARS & set(database) \
+            or len(database.encode("utf-8")) > 63:
+        raise ValueError(
+            f"invalid database {database!r}: the database option must be 1 to 63 bytes "
+            "without any of / \\ . space \" $ * < > : | ? or NUL"
+        )
+    if not isinstance(collection, str) or not collection or "$" in collection \
+            or "\x00" in collection or collection.startswith("system."):
+        raise ValueError(
+            f"invalid collection {collection!r}: the collection option must be a non-empty "
+            "name without '$' or NUL, not starting with 'system.'"
+        )
+
+
+def _bson_bytes(value: Buffer) -> bytes:
+    """BSON encodes ``bytes``; a memoryview has to become one (a copy)."""
+    return value if type(value) is bytes else bytes(value)
+
+
+def _plain(value: Any) -> bytes:
+    """A stored binary as ``bytes`` (pymongo gives ``Binary`` for subtypes other than 0)."""
+    return value if type(value) is bytes else bytes(value)
+
+
+class MongoDBStore(Store):
+    """Keys and values as documents ``{"key": key, "value": <binary>}`` of one collection.
+
+    The layout of zarr-python 2.18's ``MongoDBStore``, so either library reads
+    what the other wrote, plus what zarr-python 2 lacks:
+
+    - a unique index on ``key``; membership tests, ``listdir``, ``rmdir``,
+      iteration and ``len`` filter on the index (prefixes as an anchored,
+      escaped regular expression ``^prefix``, which MongoDB turns into an index
+      range) and project the key only, never fetching values;
+    - ``getitems`` is one ``$in`` query, ``setitems`` one ``bulk_write`` of
+      upserts, ``delitems`` one ``delete_many``; ``getsize`` is summed on the
+      server;
+    - values above the 16 MiB BSON document limit are split into 8 MiB part
+      documents in the collection ``<collection>_parts`` and read back whole.
+      Their document holds ``parts`` (a version id) and ``size`` instead of
+      ``value``.  A writer stores the parts under a fresh version id first,
+      then switches the key's document to that version in one atomic update,
+      then deletes the parts of the version it replaced, so a reader sees the
+      old value or the new one, whole, never a mixture; a reader that finds
+      its version's parts gone re-reads the key.  Such values are invisible to
+      zarr-python 2, which cannot store them at all.
+
+    Parameters
+    ----------
+    url : str or pymongo.MongoClient
+        A ``mongodb://`` or ``mongodb+srv://`` URL, credentials included; or a
+        ready ``MongoClient``, which the store uses but never closes.
+    database, collection : str
+        Where the documents live (zarr-python 2's defaults were
+        ``"mongodb_zarr"`` and ``"zarr_collection"``).
+    mode : {"r", "r+", "a", "w", "w-"}
+        The store *exists* when its collection exists, empty or not (a
+        writable store creates it with its index when opened): ``"r"`` and
+        ``"r+"`` require it, ``"w-"`` refuses it, ``"w"`` deletes every
+        document in it.  Mode ``"r"`` creates nothing and refuses writes
+        before any round trip.
+    **client_kwargs
+        Passed to ``pymongo.MongoClient`` (``serverSelectionTimeoutMS``,
+        ``tls`` ...); only with a URL.
+
+    Notes
+    -----
+    Writes to several documents (``setitems``, ``delitems``, ``rmdir``,
+    ``rename`` of a prefix) are not one transaction: MongoDB offers those only
+    on replica sets.  Each value is replaced atomically, so a reader sees
+    every key's old or new value, whole.  A writer interrupted between
+    storing parts and switching to them, or two writers racing on the same
+    large value, can leave unreferenced part documents behind: wasted space,
+    never a wrong value.
+
+    A store pickles its URL, names and options, never a connection, so it can
+    be sent to worker processes (``supports_process_writers``); a store built
+    from a ready client cannot be pickled (``TypeError``).  When the server
+    is down or restarting, the call raises ``StoreConnectionError`` (a
+    ``ConnectionError``) naming the URL without its password, after the
+    client's ``serverSelectionTimeoutMS`` (pymongo's default is 30 s); the
+    next call after the server is back works.
+
+    Examples
+    --------
+    >>> from zstores import MongoDBStore                   # doctest: +SKIP
+    >>> store = MongoDBStore("mongodb://127.0.0.1:27017", database="demo")  # doctest: +SKIP
+    >>> store.setitems({"a/.zarray": b"{}", "a/0.0": b"chunk"})            # doctest: +SKIP
+    >>> store.listdir("a")                                 # doctest: +SKIP
+    ['.zarray', '0.0']
+    """
+
+    supports_range_reads = False
+    supports_process_writers = True
+    max_value_size = None
+
+    def __init__(
+        self,
+        url: str | Any = DEFAULT_URL,
+        *,
+        database: str = "zarr",
+        collection: str = "zarr",
+        mode: Mode = "a",
+        **client_kwargs: Any,
+    ) -> None:
+        super().__init__(mode=mode)
+        pymongo = _import_pymongo()
+        _check_names(database, collection)
+        self._database_name, self._collection_name = database, collection
+        self._client_kwargs = client_kwargs
+        self._network_errors = (pymongo.errors.ConnectionFailure,)
+        self._UpdateOne = pymongo.UpdateOne
+        if isinstance(url, str):
+            self._url: str | None = url
+            self._owns_client = True
+            self._client = pymongo.MongoClient(url, **client_kwargs)
+        elif isinstance(url, pymongo.MongoClient):
+            if client_kwargs:
+                raise ValueError(
+                    f"client options {sorted(client_kwargs)} apply only when the store "
+                    "is built from a URL, not from a ready MongoClient"
+                )
+            self._url = None
+            self._owns_client = False
+            self._client = url
+        else:
+            raise TypeError(f"url must be a str or a pymongo.MongoClient, not {type(url).__name__}")
+        self._seeds = tuple(sorted(self._client.topology_description.server_descriptions()))
+        self._where = redact_url(self._url) if self._url else "mongodb://" + ",".join(
+            f"{host}:{port}" for host, port in self._seeds)
+        db = self._client[database]
+        self._docs = db[collection]
+        self._parts = db[collection + "_parts"]
+        self._open()
+
+    @network_errors_as
+    def _open(self) -> None:
+        if self._mode != "a":
+            names = self._docs.database.list_collection_names()
+            self._check_existence(self._collection_name in names)
+        if self._mode != "r":
+            self._docs.create_index(KEY, unique=True)
+            self._parts.create_index([("version", 1), ("n", 1)], unique=True)
+        self._clear_if_mode_w()
+
+    # ------------------------------------------------------------- helpers
+    def _connection_error(self, error: BaseException) -> StoreConnectionError:
+        return connection_error(type(self).__name__, self._describe(),
+                                secrets_of(self._url) if self._url else [], error)
+
+    @staticmethod
+    def _under(prefix: str) -> dict[str, Any]:
+        """Keys starting with ``prefix``: an anchored literal that uses the index."""
+        return {KEY: {"$regex": "^" + re.escape(prefix)}}
+
+    def _versions(self, query: dict[str, Any]) -> list[str]:
+        """The part versions of the split values that ``query`` matches."""
+        return [doc[PARTS] for doc in self._docs.find({**query, PARTS: {"$exists": True}},
+                                                      _PARTS_ONLY)]
+
+    def _drop_parts(self, versions: Iterable[str | None]) -> None:
+        versions = [version for version in versions if version is not None]
+        if versions:
+            self._parts.delete_many({"version": {"$in": versions}})
+
+    def _write_parts(self, value: Buffer) -> str:
+        """Store a large value's parts under a fresh version id; return the id."""
+        version = secrets.token_hex(12)
+        view = memoryview(value)
+        self._parts.insert_many(
+            {"version": version, "n": n, "data": bytes(view[start:start + PART_SIZE])}
+            for n, start in enumerate(range(0, len(view), PART_SIZE))
+        )
+        return version
+
+    def _update_for(self, key: str, value: Buffer) -> dict[str, Any]:
+        """The update that stores ``value`` (writing its parts first if it is large)."""
+        if len(value) + 4 * len(key) <= _INLINE_MAX:  # 4: the most bytes a character takes
+            # "size" on every document we write: getsize then never asks the
+            # server to measure a binary ($binarySize is only a fallback for
+            # documents written by zarr-python 2).
+            return {"$set": {VALUE: _bson_bytes(value), SIZE: len(value)}, "$unset": {PARTS: ""}}
+        version = self._write_parts(value)
+        return {"$set": {PARTS: version, SIZE: len(value)}, "$unset": {VALUE: ""}}
+
+    def _value_of(self, key: str, doc: dict[str, Any]) -> bytes:
+        if PARTS not in doc:
+            return _plain(doc[VALUE])
+        for _ in range(_READ_ATTEMPTS):
+            version = doc[PARTS]
+            found = {part["n"]: part["data"]
+                     for part in self._parts.find({"version": version}, {"_id": 0, "n": 1, "data": 1})}
+            if found and sorted(found) == list(range(len(found))):
+                value = b"".join(found[n] for n in range(len(found)))
+                if len(value) == doc[SIZE]:
+                    return value
+            # A writer replaced the value and deleted these parts after the
+            # key was read: read the key again.
+            doc = self._docs.find_one({KEY: key}, _FIELDS)
+            if doc is None:
+                raise KeyError(key)
+            if PARTS not in doc:
+                return _plain(doc[VALUE])
+            if doc[PARTS] == version:
+                raise ZStoresError(
+                    f"the value of key {key!r} in {self._describe()} is damaged: "
+                    f"parts of version {version} are missing"
+                )
+        raise ZStoresError(f"the value of key {key!r} kept changing while being read")
+
+    # ------------------------------------------------------------ primitives
+    def _key(self, key: str) -> str:
+        return check_utf8_key(super()._key(key))
+
+    @network_errors_as
+    def _get(self, key: str) -> bytes:
+        doc = self._docs.find_one({KEY: key}, _FIELDS)
+        if doc is None:
+            raise KeyError(key)
+        return self._value_of(key, doc)
+
+    @network_errors_as
+    def _set(self, key: str, value: Buffer) -> None:
+        update = self._update_for(key, value)
+        old = self._docs.find_one_and_update({KEY: key}, update, projection=_PARTS_ONLY, upsert=True)
+        if old:
+            self._drop_parts([old.get(PARTS)])
+
+    @network_errors_as
+    def _delete(self, key: str) -> None:
+        old = self._docs.find_one_and_delete({KEY: key}, projection=_PARTS_ONLY)
+        if old is None:
+            raise KeyError(key)
+        self._drop_parts([old.get(PARTS)])
+
+    @network_errors_as
+    def _contains(self, key: str) -> bool:
+        return self._docs.find_one({KEY: key}, {"_id": 0, KEY: 1}) is not None
+
+    @network_errors_as
+    def _list_prefix(self, prefix: str) -> list[str]:
+        return [doc[KEY] for doc in self._docs.find(self._under(prefix), {"_id": 0, KEY: 1})]
+
+    # -------------------------------------------------------------- fast paths
+    @network_errors_as
+    def _get_many(self, keys: list[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        for i in range(0, len(keys), _BATCH):
+            batch = keys[i:i + _BATCH]
+            # All the documents in the first reply, as far as 16 MiB allows.
+            cursor = self._docs.find({KEY: {"$in": batch}}, {**_FIELDS, KEY: 1}, batch_size=len(batch))
+            for doc in cursor:
+                found[doc[KEY]] = self._value_of(doc[KEY], doc)
+        return found
+
+    @network_errors_as
+    def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
+        if not items:
+            return
+        updates = [self._UpdateOne({KEY: key}, self._update_for(key, value), upsert=True)
+                   for key, value in items]
+        replaced = self._versions({KEY: {"$in": [key for key, _ in items]}})
+        self._docs.bulk_write(updates, ordered=False)
+        self._drop_parts(replaced)
+
+    @network_errors_as
+    def _delete_many(self, keys: list[str]) -> None:
+        if keys:
+            replaced = self._versions({KEY: {"$in": keys}})
+            self._docs.delete_many({KEY: {"$in": keys}})
+            self._drop_parts(replaced)
+
+    @network_errors_as
+    def _rmdir(self, prefix: str) -> None:
+        under = self._under(prefix)
+        replaced = self._versions(under)
+        self._docs.delete_many(under)
+        self._drop_parts(replaced)
+
+    @network_errors_as
+    def _getsize_key(self, key: str) -> int:
+        doc = self._docs.find_one({KEY: key}, {"_id": 0, SIZE: 1})
+        if doc is None:
+            raise KeyError(key)
+        return doc[SIZE] if SIZE in doc else len(self._get(key))
+
+    @network_errors_as
+    def _getsize_prefix(self, prefix: str) -> int:
+        total = 0
+        for doc in self._docs.find(self._under(prefix), {"_id": 0, KEY: 1, SIZE: 1}):
+            # Documents written by zarr-python 2 carry no size: measure those
+            # values rather than trust every server's $binarySize.
+            total += doc[SIZE] if SIZE in doc else self._getsize_key(doc[KEY])
+        return total
+
+    @network_errors_as
+    def _rename_key(self, src: str, dst: str) -> None:
+        doc = self._docs.find_one({KEY: src}, _FIELDS)
+        if doc is None:
+            raise KeyError(src)
+        if PARTS in doc:  # the destination shares the parts: no data moves
+            update = {"$set": {PARTS: doc[PARTS], SIZE: doc[SIZE]}, "$unset": {VALUE: ""}}
+        else:
+            update = {"$set": {VALUE: doc[VALUE], SIZE: len(doc[VALUE])}, "$unset": {PARTS: ""}}
+        # The destination holds a whole value throughout; the source goes last.
+        old = self._docs.find_one_and_update({KEY: dst}, update, projection=_PARTS_ONLY, upsert=True)
+        gone = self._docs.find_one_and_delete({KEY: src}, projection=_PARTS_ONLY)
+        moved = doc.get(PARTS)
+        self._drop_parts(d.get(PARTS) for d in (old, gone) if d and d.get(PARTS) != moved)
+
+    @network_errors_as
+    def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
+        ids = {doc[KEY]: doc["_id"] for doc in self._docs.find(self._under(src_prefix), {KEY: 1})}
+        moves = {key: dst_prefix + key[len(src_prefix):] for key in ids}
+        overwritten = [target for target in moves.values() if target not in ids]
+        replaced = self._versions({KEY: {"$in": overwritten}})
+        self._docs.delete_many({KEY: {"$in": overwritten}})
+        # A target can be another source key only when the source lies inside
+        # the destination; its target is then shorter, so renaming shorter
+        # keys first frees every name before it is taken (the index is unique).
+        if moves:
+            self._docs.bulk_write(
+                [self._UpdateOne({"_id": ids[key]}, {"$set": {KEY: moves[key]}})
+                 for key in sorted(moves, key=len)],
+                ordered=True,
+            )
+        self._drop_parts(replaced)
+
+    @network_errors_as
+    def _len(self) -> int:
+        return self._docs.count_documents({})
+
+    def _clear(self) -> None:
+        self._rmdir("")
+
+    # ------------------------------------------------------------- lifecycle
+    def _close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    @property
+    def client(self) -> Any:
+        """The ``pymongo.MongoClient`` the store talks through."""
+        return self._client
+
+    @property
+    def collection(self) -> Any:
+        """The ``pymongo`` collection holding one document per key."""
+        return self._docs
+
+    def _location(self) -> Any:
+        return ("mongodb", self._seeds, self._database_name, self._collection_name)
+
+    def _describe(self) -> str:
+        return f"{self._where} {self._database_name}.{self._collection_name}"
+
+    def _params(self) -> dict[str, Any]:
+        if self._url is None:
+            raise TypeError(
+                f"cannot pickle {self!r}: it was built from a ready MongoClient, whose "
+                "credentials and options cannot be recovered; build the store from a URL "
+                "(MongoDBStore(url, database=..., collection=..., **client_kwargs)) to pickle it"
+            )
+        return {"url": self._url, "database": self._database_name,
+                "collection": self._collection_name, **self._client_kwargs}
