@@ -49,3 +49,23 @@ class ValueTooLargeError(ZStoresError, ValueError):
 
 class UnsupportedOperationError(ZStoresError, NotImplementedError):
     """The backend declares it cannot do this operation (see its capability flags)."""
+
+
+class LockOrderError(ZStoresError, RuntimeError):
+    """A lock was asked for in an order that could deadlock (see ``SynchronizedArray.locked``)."""
+
+
+class LockTimeoutError(ZStoresError, TimeoutError):
+    """A lock was not acquired within the synchronizer's ``timeout``."""
+
+
+class LockUnsupportedError(ZStoresError, OSError):
+    """The folder of a ``ProcessSynchronizer`` is on a file system without file locks."""
+
+
+class LeaseExpiredError(ZStoresError, RuntimeError):
+    """A Redis lock's lease ran out while it was held: another writer may have entered."""
+
+
+class StoreLockedError(ZStoresError, BlockingIOError):
+    """Another process has this single-writer store open for writing."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import Buffer, Mode, Store
+from ..sync.writer import writer_lock
 
 __all__ = ["DBMStore"]
 
@@ -59,7 +60,9 @@ class DBMStore(Store):
     Notes
     -----
     Capability flags: ``supports_process_writers`` is False (no flavour
-    coordinates writers across processes); ``supports_range_reads`` is False
+    coordinates writers across processes: a writable store holds an
+    exclusive lock on ``path + ".lock"`` while open, so a second writer
+    process gets ``StoreLockedError``); ``supports_range_reads`` is False
     (values are read whole); ``supports_deletes`` is True; ``hierarchical`` is
     False.  ``dbm.dumb`` never reclaims the space of deleted or grown values.
 
@@ -94,15 +97,24 @@ class DBMStore(Store):
         self._lock = threading.RLock()
         self._owner: ThreadPoolExecutor | None = None
         self._check_existence(dbm.whichdb(self._path) is not None)
-        flag = _FLAGS[self._mode]
-        self._db = open(self._path, flag, **open_kwargs)
+        # No flavour coordinates writer processes: a second one must fail
+        # before flag "n" empties the database under the first.
+        self._writer = writer_lock(self._path + ".lock", self, self._mode)
+        try:
+            self._open_db(_FLAGS[self._mode])
+        except BaseException:
+            self._release_writer()
+            raise
+
+    def _open_db(self, flag: str) -> None:
+        self._db = self._open(self._path, flag, **self._open_kwargs)
         if _is_thread_bound(self._db):
             # dbm.sqlite3's connection works only in the thread that opened it:
             # reopen it in a thread of its own that runs every operation.
             self._db.close()
             self._owner = ThreadPoolExecutor(1, thread_name_prefix="zstores-dbm")
             reopen_flag = "c" if flag == "n" else flag  # already emptied
-            self._db = self._run(open, self._path, reopen_flag, **open_kwargs)
+            self._db = self._run(self._open, self._path, reopen_flag, **self._open_kwargs)
 
     def _run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call ``function`` in the thread that owns the database."""
@@ -178,6 +190,12 @@ class DBMStore(Store):
             finally:
                 if self._owner is not None:
                     self._owner.shutdown()
+                self._release_writer()
+
+    def _release_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.release()
 
     def _location(self) -> Any:
         return self._path

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..base import Buffer, Mode, Store, _range_stop
 from ..keys import child_name
+from ..sync.writer import writer_lock
 
 __all__ = ["ZipStore"]
 
@@ -23,8 +24,9 @@ _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
 _FLAG_ENCRYPTED = 0x1
 
-# zipfile's own mode for each store mode ("r+" and "w-" are checked before).
-_ZIP_MODE = {"r": "r", "r+": "a", "a": "a", "w": "w", "w-": "x"}
+# zipfile's own mode for each store mode ("r+" and "w-" are checked before;
+# "w-" has created the file exclusively when it took the writer lock).
+_ZIP_MODE = {"r": "r", "r+": "a", "a": "a", "w": "w", "w-": "w"}
 
 
 class ZipStore(Store):
@@ -68,7 +70,10 @@ class ZipStore(Store):
       ``get_range`` then reads only the asked bytes of stored members (others
       are decompressed whole).
     - ``supports_deletes``: True, through the rewrite at ``close()``.
-    - ``supports_process_writers``: False; one writer per archive.
+    - ``supports_process_writers``: False; one writer process per archive.  A
+      writable store holds an exclusive lock (``flock``) on the archive while
+      open, so a second process opening it for writing gets
+      ``StoreLockedError`` (handles within one process share the lock).
     - ``hierarchical``: False.  Member names are free strings, so ``a`` and
       ``a/b`` can both exist, as zarr-python 2 allowed; tools that extract the
       archive to folders cannot hold both, so avoid that in archives meant for
@@ -116,6 +121,16 @@ class ZipStore(Store):
 
         exists = os.path.exists(self._path)
         self._check_existence(exists)
+        # Taken before the file is read or opened by zipfile: a second writer
+        # process must fail clearly, before mode "w" truncates the archive.
+        self._writer = writer_lock(self._path, self, self._mode, create_new=self._mode == "w-")
+        try:
+            self._open_archive(exists)
+        except BaseException:
+            self._release_writer()
+            raise
+
+    def _open_archive(self, exists: bool) -> None:
         if exists and self._mode in ("r+", "a") and os.path.getsize(self._path) > 0:
             if not zipfile.is_zipfile(self._path):
                 raise zipfile.BadZipFile(
@@ -274,11 +289,19 @@ class ZipStore(Store):
             if self._read_fd is not None:
                 os.close(self._read_fd)
                 self._read_fd = None
-            # Complete the archive as it is first: if the rewrite fails, the
-            # file is still a valid archive (with stale members).
-            self._zf.close()
-            if self._mode != "r" and self._modified and self._garbage:
-                self._rewrite()
+            try:
+                # Complete the archive as it is first: if the rewrite fails, the
+                # file is still a valid archive (with stale members).
+                self._zf.close()
+                if self._mode != "r" and self._modified and self._garbage:
+                    self._rewrite()
+            finally:
+                self._release_writer()
+
+    def _release_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.release()
 
     def _rewrite(self) -> None:
         """Copy the live members to a new archive and move it over the old one."""

@@ -1,0 +1,315 @@
+#!/usr/bin/env python
+"""Synchronizer costs side by side: zstores against zarr-python 2.18's ProcessSynchronizer.
+
+1. Lock cost: one ``with sync[key]: pass`` per chunk key, uncontended, over
+   2,000 chunk keys (twice: first creating the lock files, then reusing
+   them), for zstores' Process- (plain and striped), Thread- and Redis-
+   synchronizers and zarr-python 2.18's Process- and ThreadSynchronizer.
+2. Write throughput: 1, 2 and 4 spawned writer processes write disjoint
+   stripes of 1 MiB (131,072 int64) into an array chunked by 131,071, so
+   every stripe shares chunks with its neighbours, on LMDB, SQLite and
+   Directory stores, uncompressed, Zarr format 2:
+   - zarr-python 3 on zstores, unsynchronized (loses updates: the anchor
+     for what the locks cost);
+   - zarr-python 3 on zstores through ``synchronized(array, ProcessSynchronizer)``;
+   - zarr-python 2.18 on its own stores with its own ``ProcessSynchronizer``.
+   Aggregate MB/s is all bytes written over the time from a common start to
+   the last writer's end.
+
+Every figure comes from fresh processes (this script re-run as a worker),
+zarr-python 2.18's in the interpreter named by ``--zarr2-python``; the
+implementations take turns round after round, each round starting with the
+next one, so background load and warm caches favour none.  Tables show medians of the rounds and ratios of medians.
+
+    .venv/bin/python scripts/bench_sync.py            # print the tables
+    .venv/bin/python scripts/bench_sync.py --record   # and write docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MARK_BEGIN = "<!-- bench_sync:begin -->"
+MARK_END = "<!-- bench_sync:end -->"
+
+LOCK_IMPLS = ["zstores-process", "zstores-striped", "zstores-thread", "zstores-redis",
+              "zarr2-process", "zarr2-thread"]
+LOCK_KEYS = 2000
+WRITE_IMPLS = ["zarr3-nolock", "zarr3-sync", "zarr2-sync"]
+BACKENDS = ["lmdb", "sqlite", "directory"]
+WRITERS = [1, 2, 4]
+STRIPES = 48  # per run, shared out among the writers
+WIDTH = 1 << 17  # int64 elements per stripe: 1 MiB
+CHUNK = WIDTH - 1
+
+
+# ================================================================ lock worker
+def lock_worker(impl: str, folder: str, redis_url: str | None) -> dict[str, float]:
+    """Seconds per lock, first pass (new lock files) and second pass (existing ones)."""
+    sync = make_synchronizer(impl, folder, redis_url)
+    keys = [f"group/array/{index // 50}.{index % 50}" for index in range(LOCK_KEYS)]
+    passes = {}
+    for label in ("first", "again"):
+        start = time.perf_counter()
+        for key in keys:
+            with sync[key]:
+                pass
+        passes[label] = (time.perf_counter() - start) / len(keys)
+    return passes
+
+
+def make_synchronizer(impl: str, folder: str, redis_url: str | None):
+    if impl.startswith("zarr2-"):
+        import zarr
+
+        return zarr.ProcessSynchronizer(folder) if impl == "zarr2-process" else zarr.ThreadSynchronizer()
+    from zstores.sync import ProcessSynchronizer, RedisSynchronizer, ThreadSynchronizer
+
+    if impl == "zstores-process":
+        return ProcessSynchronizer(folder)
+    if impl == "zstores-striped":
+        return ProcessSynchronizer(folder, stripes=64)
+    if impl == "zstores-thread":
+        return ThreadSynchronizer()
+    prefix = f"bench-sync-{os.getpid()}:"
+    return RedisSynchronizer(redis_url, prefix=prefix, lease=60)
+
+
+# =========================================================== throughput worker
+def write_worker(impl: str, backend: str, folder: str) -> dict[str, float]:
+    """Seconds for each number of writers, in a pool of warmed spawned processes."""
+    import multiprocessing
+
+    seconds = {}
+    with multiprocessing.get_context("spawn").Pool(max(WRITERS)) as pool:
+        pool.map(warm_up, range(max(WRITERS)), chunksize=1)
+        for writers in WRITERS:
+            target = make_target(impl, backend, Path(folder) / f"w{writers}")
+            start_at = time.time() + 0.3
+            arguments = [(target, list(range(w, STRIPES, writers)), start_at) for w in range(writers)]
+            ends = pool.starmap_async(write_stripes, arguments, chunksize=1).get(1800)
+            seconds[str(writers)] = max(ends) - start_at
+        pool.close()
+        pool.join()
+    return seconds
+
+
+def warm_up(_: int) -> None:
+    import numpy  # noqa: F401 - imported once per worker, before any timing
+    import zarr  # noqa: F401
+
+    time.sleep(0.2)  # hold this worker so that every worker gets one warm-up
+
+
+def write_stripes(target, stripes: list[int], start_at: float) -> float:
+    import numpy as np
+
+    values = np.arange(WIDTH, dtype="i8")
+    time.sleep(max(0.0, start_at - time.time()))
+    for stripe in stripes:
+        target[stripe * WIDTH:(stripe + 1) * WIDTH] = values
+    return time.time()
+
+
+def make_target(impl: str, backend: str, folder: Path):
+    folder.mkdir(parents=True)
+    shape, chunks = (STRIPES * WIDTH,), (CHUNK,)
+    if impl == "zarr2-sync":
+        import zarr
+
+        store = zarr2_store(backend, folder)
+        sync = zarr.ProcessSynchronizer(str(folder / "locks"))
+        return zarr.open_array(store, mode="w", shape=shape, chunks=chunks, dtype="i8",
+                               compressor=None, synchronizer=sync)
+    import zarr
+
+    from zstores.adapters import zarr_store
+    from zstores.sync import ProcessSynchronizer, synchronized
+    from zstores.urls import open_store
+
+    suffix = {"lmdb": ".lmdb", "sqlite": ".sqlite", "directory": ""}[backend]
+    scheme = {"lmdb": "lmdb", "sqlite": "sqlite", "directory": "file"}[backend]
+    store = open_store(f"{scheme}://{folder / ('data' + suffix)}", mode="w")
+    array = zarr.create_array(zarr_store(store), shape=shape, chunks=chunks, dtype="i8",
+                              compressors=None, zarr_format=2)
+    if impl == "zarr3-nolock":
+        return array
+    return synchronized(array, ProcessSynchronizer(folder / "locks"))
+
+
+def zarr2_store(backend: str, folder: Path):
+    import zarr
+
+    if backend == "lmdb":
+        return zarr.LMDBStore(str(folder / "data.lmdb"))
+    if backend == "sqlite":
+        return zarr.SQLiteStore(str(folder / "data.sqlite"))
+    return zarr.DirectoryStore(str(folder / "data"))
+
+
+# =============================================================== orchestrator
+def run(python: str, *arguments: str) -> dict[str, float] | None:
+    (ROOT / ".bench").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=ROOT / ".bench") as folder:
+        done = subprocess.run(
+            [python, __file__, "--worker", *arguments, folder],
+            capture_output=True, text=True, cwd=ROOT, timeout=3600, check=False,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    if done.returncode != 0:
+        last = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        print(f"  {' '.join(arguments)} failed: {last[0]}", file=sys.stderr)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def python_for(impl: str, args: argparse.Namespace) -> str:
+    return args.zarr2_python if impl.startswith("zarr2") else sys.executable
+
+
+def rotated(impls: list[str], round_: int) -> list[str]:
+    """Each round starts with the next implementation, so none always runs first."""
+    shift = round_ % len(impls)
+    return impls[shift:] + impls[:shift]
+
+
+def measure_locks(args: argparse.Namespace) -> dict[tuple[str, str], float]:
+    impls = [i for i in LOCK_IMPLS if i != "zstores-redis" or args.redis_url]
+    samples: dict[tuple[str, str], list[float]] = {}
+    for round_ in range(args.rounds):
+        for impl in rotated(impls, round_):
+            result = run(python_for(impl, args), "locks", impl, args.redis_url or "-")
+            for label, seconds in (result or {}).items():
+                samples.setdefault((impl, label), []).append(seconds)
+        print(f"  locks: round {round_ + 1}/{args.rounds}", file=sys.stderr, flush=True)
+    return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def measure_writes(args: argparse.Namespace) -> dict[tuple[str, str, str], float]:
+    samples: dict[tuple[str, str, str], list[float]] = {}
+    for round_ in range(args.rounds):
+        for backend in args.backends:
+            for impl in rotated(WRITE_IMPLS, round_):
+                result = run(python_for(impl, args), "writes", impl, backend)
+                for writers, seconds in (result or {}).items():
+                    samples.setdefault((backend, writers, impl), []).append(seconds)
+        print(f"  writes: round {round_ + 1}/{args.rounds}", file=sys.stderr, flush=True)
+    return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def ratio(numerator: float | None, denominator: float | None) -> str:
+    return f"{numerator / denominator:.2f}x" if numerator and denominator else "n/a"
+
+
+def lock_table(medians: dict[tuple[str, str], float], rounds: int) -> str:
+    lines = [
+        (
+            f"Lock acquire + release per chunk key, uncontended, {LOCK_KEYS:,} keys, "
+            f"median of {rounds} rounds (µs; lower is better).  \"new\": the lock files are "
+            "created; \"again\": they exist.  Ratios: zarr-python 2.18's ProcessSynchronizer "
+            "time over this one's (above 1.0: faster than zarr 2.18)."
+        ),
+        "",
+        "| synchronizer | new | again | vs zarr 2.18 (new) | vs zarr 2.18 (again) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    anchor = {label: medians.get(("zarr2-process", label)) for label in ("first", "again")}
+    for impl in LOCK_IMPLS:
+        first, again = medians.get((impl, "first")), medians.get((impl, "again"))
+        if first is None:
+            continue
+        lines.append(
+            f"| {impl} | {first * 1e6:,.1f} | {again * 1e6:,.1f} | "
+            f"{ratio(anchor['first'], first)} | {ratio(anchor['again'], again)} |"
+        )
+    return "\n".join(lines)
+
+
+def write_table(medians: dict[tuple[str, str, str], float], rounds: int, backends: list[str]) -> str:
+    megabytes = STRIPES * WIDTH * 8 / 1e6
+    lines = [
+        (
+            f"Aggregate write throughput (MB/s; higher is better), {megabytes:.0f} MB in "
+            f"{STRIPES} chunk-unaligned 1 MiB stripes over chunks of {CHUNK:,}, median of "
+            f"{rounds} rounds.  \"locks' cost\": synchronized over unsynchronized speed; "
+            "\"vs zarr 2.18\": zstores-synchronized zarr 3 over zarr-python 2.18 with its "
+            "ProcessSynchronizer on its own store (above 1.0: faster)."
+        ),
+        "",
+        (
+            "| backend | writers | zarr 3, no locks | zarr 3 + zstores sync | zarr 2.18 + its sync "
+            "| locks' cost | vs zarr 2.18 |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for backend in backends:
+        for writers in WRITERS:
+            rate = {}
+            for impl in WRITE_IMPLS:
+                seconds = medians.get((backend, str(writers), impl))
+                rate[impl] = megabytes / seconds if seconds else None
+            cells = [f"{rate[i]:,.0f}" if rate[i] else "n/a" for i in WRITE_IMPLS]
+            lines.append(
+                f"| {backend} | {writers} | {' | '.join(cells)} | "
+                f"{ratio(rate['zarr3-sync'], rate['zarr3-nolock'])} | "
+                f"{ratio(rate['zarr3-sync'], rate['zarr2-sync'])} |"
+            )
+    return "\n".join(lines)
+
+
+def record(text: str) -> None:
+    """Replace the section between our markers in docs/benchmarks.md, appending them if missing."""
+    path = ROOT / "docs" / "benchmarks.md"
+    document = path.read_text() if path.exists() else "# Benchmarks\n"
+    if MARK_BEGIN not in document:
+        document += ("" if document.endswith("\n") else "\n") + f"\n{MARK_BEGIN}\n{MARK_END}\n"
+    head, rest = document.split(MARK_BEGIN, 1)
+    tail = rest.split(MARK_END, 1)[1]
+    path.write_text(f"{head}{MARK_BEGIN}\n{text}\n{MARK_END}{tail}")
+    print(f"recorded in {path}", file=sys.stderr)
+
+
+def worker_main(arguments: list[str]) -> None:
+    kind, *rest = arguments
+    if kind == "locks":
+        impl, redis_url, folder = rest
+        result = lock_worker(impl, folder, None if redis_url == "-" else redis_url)
+    else:
+        impl, backend, folder = rest
+        result = write_worker(impl, backend, folder)
+    print(json.dumps(result))
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker_main(sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--backends", nargs="+", default=BACKENDS, choices=BACKENDS)
+    parser.add_argument("--zarr2-python", default=str(ROOT / ".venv-zarr2" / "bin" / "python"))
+    parser.add_argument("--redis-url", default=os.environ.get("ZSTORES_TEST_REDIS_URL"),
+                        help="a Redis server for RedisSynchronizer (default $ZSTORES_TEST_REDIS_URL)")
+    parser.add_argument("--record", action="store_true", help="write the tables to docs/benchmarks.md")
+    args = parser.parse_args()
+    text = "\n\n".join([
+        "### Synchronizers (`scripts/bench_sync.py`)",
+        lock_table(measure_locks(args), args.rounds),
+        write_table(measure_writes(args), args.rounds, args.backends),
+    ])
+    print(text)
+    if args.record:
+        record(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Process-safe writes to Zarr arrays: synchronizers and chunk-locked array proxies.
+
+When a write does not line up with chunk boundaries, zarr-python reads the
+chunk, changes part of it and writes it back; two processes doing that to one
+chunk at once lose an update.  The synchronizers here give each key a lock
+(``sync[key]``, zarr-python 2's ``synchronizer=`` protocol), and
+``synchronized(array, sync)`` makes any zarr-python 2 or 3 array hold the
+right chunk locks around its writes.
+
+- ``locks.py``: ``ThreadSynchronizer``, ``ProcessSynchronizer`` (file locks),
+  ``RedisSynchronizer`` (Redis leases), and their errors;
+- ``chunks.py``: the chunk grid and chunk keys, selections cut per chunk;
+- ``arrays.py``: ``synchronized`` and ``SynchronizedArray``;
+- ``writer.py``: the exclusive file lock that keeps a second process from
+  writing to single-writer stores (Zip, DBM).
+
+See docs/parallel-writes.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Exports load on first use: the stores import ``writer`` from here, and must
+# not pull in numpy with it (DBMStore runs in interpreters without numpy).
+_EXPORTS = {
+    "LockOrderError": "arrays",
+    "SynchronizedArray": "arrays",
+    "synchronized": "arrays",
+    "ChunkLayout": "chunks",
+    "LeaseExpiredError": "locks",
+    "LockTimeoutError": "locks",
+    "LockUnsupportedError": "locks",
+    "ProcessSynchronizer": "locks",
+    "RedisSynchronizer": "locks",
+    "ThreadSynchronizer": "locks",
+    "lock_file_name": "locks",
+    "StoreLockedError": "writer",
+}
+
+__all__ = [
+    "ChunkLayout",
+    "LeaseExpiredError",
+    "LockOrderError",
+    "LockTimeoutError",
+    "LockUnsupportedError",
+    "ProcessSynchronizer",
+    "RedisSynchronizer",
+    "StoreLockedError",
+    "SynchronizedArray",
+    "ThreadSynchronizer",
+    "lock_file_name",
+    "synchronized",
+]
+
+if TYPE_CHECKING:
+    from .arrays import LockOrderError, SynchronizedArray, synchronized
+    from .chunks import ChunkLayout
+    from .locks import (
+        LeaseExpiredError,
+        LockTimeoutError,
+        LockUnsupportedError,
+        ProcessSynchronizer,
+        RedisSynchronizer,
+        ThreadSynchronizer,
+        lock_file_name,
+    )
+    from .writer import StoreLockedError
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,446 @@
+"""``synchronized(array, synchronizer)``: chunk-locked writes for zarr-python 2 and 3 arrays.
+
+zarr-python writes part of a chunk by reading the chunk, changing it and
+writing it back.  Two processes doing that to one chunk at once lose one of
+the updates.  The proxy cuts every write along the stored-chunk grid and
+writes each piece while holding that chunk's lock, the locks zarr-python 2's
+``synchronizer=`` takes (same keys), so both libraries' writers exclude each
+other.
+
+zarr is never imported here at module level: the proxy reads what it needs
+from the array object it is given (zarr-python 2 and 3 are told apart by
+their attributes), and imports zarr only to reopen a zarr-python 3 array.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from ..errors import LockOrderError
+from .chunks import ChunkLayout, broadcast_value, normalize_selection, selection_shape, split
+from .locks import Synchronizer, lock_name
+
+__all__ = ["LockOrderError", "SynchronizedArray", "synchronized"]
+
+
+# ------------------------------------------------------------ zarr versions
+class _Zarr2:
+    """A zarr-python 2.18 array, reopened without a synchronizer of its own.
+
+    The proxy takes the locks itself; the array's own ``synchronizer=`` would
+    take the same ones again (and a thread lock cannot be taken twice).
+    """
+
+    def __init__(self, array: Any) -> None:
+        if getattr(array, "_version", 2) != 2:
+            raise TypeError("synchronized() supports zarr-python 2 arrays in Zarr v2 stores only")
+        state = dict(array.__getstate__())
+        state["synchronizer"] = None
+        self._state = state
+        self._cls = type(array)
+        self.array = array if array.synchronizer is None else self._cls(**state)
+
+    def layout(self) -> ChunkLayout:
+        array = self.array
+        separator = getattr(array, "_dimension_separator", None) or "."
+        return ChunkLayout(
+            tuple(array.shape), tuple(array.chunks), array.path, separator, "v2", ".zarray"
+        )
+
+    def reload(self) -> None:
+        self.array = self._cls(**self._state)
+
+    def resize(self, shape: tuple[int, ...]) -> None:
+        self.array.resize(shape)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_zarr2_from_state, (self._cls, self._state))
+
+
+def _zarr2_from_state(cls: type, state: dict[str, Any]) -> _Zarr2:
+    return _Zarr2(cls(**state))
+
+
+class _Zarr3:
+    """A zarr-python 3 array (Zarr format 2 or 3)."""
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+
+    def layout(self) -> ChunkLayout:
+        array = self.array
+        metadata = array.metadata
+        path = array.store_path.path
+        shape = tuple(array.shape)
+        if metadata.zarr_format == 2:
+            separator = metadata.dimension_separator or "."
+            return ChunkLayout(shape, tuple(metadata.chunks), path, separator, "v2", ".zarray")
+        grid = getattr(metadata.chunk_grid, "chunk_shape", None)  # shards when sharded
+        if grid is None:
+            raise TypeError(
+                f"synchronized() needs a regular chunk grid; this array has {metadata.chunk_grid}"
+            )
+        encoding = metadata.chunk_key_encoding
+        return ChunkLayout(shape, tuple(grid), path, encoding.separator, encoding.name, "zarr.json")
+
+    def reload(self) -> None:
+        self.array = _open_zarr3(*self._reopen_args())
+
+    def resize(self, shape: tuple[int, ...]) -> None:
+        self.array.resize(shape)
+
+    def _reopen_args(self) -> tuple[Any, ...]:
+        store_path = self.array.store_path
+        return (store_path.store, store_path.path, self.array.metadata.zarr_format, self.array.config)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_zarr3_reopened, self._reopen_args())
+
+
+def _open_zarr3(store: Any, path: str, zarr_format: int, config: Any) -> Any:
+    import zarr  # only ever reached with a zarr-python 3 array in hand
+
+    mode = "r" if store.read_only else "r+"
+    array = zarr.open_array(store=store, path=path, zarr_format=zarr_format, mode=mode)
+    return array.with_config(config)
+
+
+def _zarr3_reopened(store: Any, path: str, zarr_format: int, config: Any) -> _Zarr3:
+    return _Zarr3(_open_zarr3(store, path, zarr_format, config))
+
+
+def _wrap(array: Any) -> _Zarr2 | _Zarr3:
+    if hasattr(array, "async_array") and hasattr(array, "metadata"):
+        return _Zarr3(array)
+    if hasattr(array, "_chunk_key") and hasattr(array, "__getstate__") and hasattr(array, "chunk_store"):
+        return _Zarr2(array)
+    raise TypeError(
+        f"synchronized() takes a zarr-python 2 or 3 array, not {type(array).__name__}"
+    )
+
+
+# ------------------------------------------------------------------ proxy
+class _Held(threading.local):
+    """The locks this thread holds through one proxy: name -> lock, and which are chunks'."""
+
+    def __init__(self) -> None:
+        self.locks: dict[str, Any] = {}
+        self.chunks = 0  # how many of them are chunk locks
+
+
+# Array methods that write without going through __setitem__: the proxy
+# refuses them rather than let them bypass the locks.
+_UNSYNCHRONIZED = frozenset({
+    "set_orthogonal_selection", "set_coordinate_selection", "set_mask_selection",
+    "set_block_selection",
+})
+_INDEXERS = frozenset({"oindex", "vindex", "blocks"})
+
+
+class SynchronizedArray:
+    """A zarr array whose writes hold the locks of the chunks they touch.
+
+    Create it with ``synchronized(array, synchronizer)``.  ``proxy[sel] = value``
+    writes each stored chunk's part while holding that chunk's lock (with
+    ``atomic=True``: all of them at once); reads and every other attribute
+    pass through to the array.  Lock keys are the store keys of the chunks
+    (shards, for a sharded array), the keys zarr-python 2 locks.
+
+    Notes
+    -----
+    - ``with proxy.locked(sel):`` holds the locks of ``sel`` across a whole
+      read-modify-write such as ``proxy[sel] = proxy[sel] + 1``.  Inside it,
+      writes must stay within ``sel``: taking more locks while holding some
+      could deadlock with another writer, so it raises ``LockOrderError``.
+    - ``resize`` and ``append`` hold the lock of the metadata document and
+      reload the metadata inside it, so parallel appends never lose a block.
+      Other processes' appends are seen after ``refresh()``.
+    - Writes take basic selections (integers, slices with positive steps,
+      ``...``).  ``oindex``, ``vindex`` and ``blocks`` are read-only here.
+    - The proxy pickles as its array's store, path and the synchronizer, and
+      reopens the array (with fresh metadata) when unpickled.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np, zarr, zstores
+    >>> array = zarr.create_array(zarr.storage.LocalStore(tempfile.mkdtemp()),
+    ...                           shape=(10,), chunks=(4,), dtype="i4", fill_value=0)
+    >>> proxy = zstores.synchronized(array, zstores.ThreadSynchronizer())
+    >>> proxy[3:6] = 7   # chunk 0 under its lock, then chunk 1 under its own
+    >>> with proxy.locked(slice(0, 5)):
+    ...     proxy[0:5] = proxy[0:5] + 1
+    >>> proxy[:].tolist()
+    [1, 1, 1, 8, 8, 7, 0, 0, 0, 0]
+    >>> proxy.append(np.arange(2))
+    (12,)
+    """
+
+    def __init__(self, array: Any, synchronizer: Synchronizer, *, atomic: bool = False) -> None:
+        if not callable(getattr(synchronizer, "__getitem__", None)):
+            raise TypeError(
+                "synchronizer must return a lock for sync[key] (ThreadSynchronizer, "
+                f"ProcessSynchronizer, RedisSynchronizer), not {type(synchronizer).__name__}"
+            )
+        if isinstance(array, SynchronizedArray):
+            array = array.array
+        self._zarr = array if isinstance(array, (_Zarr2, _Zarr3)) else _wrap(array)
+        self._synchronizer = synchronizer
+        self._atomic = bool(atomic)
+        self._layout = self._zarr.layout()
+        self._held = _Held()
+
+    # ----------------------------------------------------------- properties
+    @property
+    def array(self) -> Any:
+        """The zarr array itself (writes through it are not synchronized)."""
+        return self._zarr.array
+
+    @property
+    def synchronizer(self) -> Synchronizer:
+        """The synchronizer whose locks the writes hold."""
+        return self._synchronizer
+
+    @property
+    def atomic(self) -> bool:
+        """Whether a write holds all its chunks' locks at once."""
+        return self._atomic
+
+    @property
+    def layout(self) -> ChunkLayout:
+        """The stored-chunk grid and keys the locks are named after."""
+        return self._layout
+
+    # --------------------------------------------------------------- writes
+    def __setitem__(self, selection: Any, value: Any) -> None:
+        layout = self._layout
+        axes = normalize_selection(selection, layout.shape)
+        parts = list(split(axes, layout.grid))
+        if not parts:
+            return
+        value = broadcast_value(value, selection_shape(axes))
+        array = self._zarr.array
+        if self._atomic:
+            with self._holding([layout.chunk_key(part.coords) for part in parts]):
+                array[selection] = value
+            return
+        scalar = np.ndim(value) == 0
+        for part in parts:
+            with self._holding([layout.chunk_key(part.coords)]):
+                array[part.selection] = value if scalar else value[part.value_selection]
+
+    def set_basic_selection(self, selection: Any, value: Any) -> None:
+        """``proxy[selection] = value``."""
+        self[selection] = value
+
+    @contextmanager
+    def locked(self, selection: Any = Ellipsis) -> Iterator[SynchronizedArray]:
+        """Hold the locks of every chunk ``selection`` touches, in the global order.
+
+        Examples
+        --------
+        >>> with proxy.locked(np.s_[0:100]):  # doctest: +SKIP
+        ...     proxy[0:100] = proxy[0:100] + 1
+        """
+        with self._holding(self._layout.keys(selection)):
+            yield self
+
+    def resize(self, *shape: Any) -> None:
+        """Change the shape, under the metadata lock, from the latest metadata.
+
+        Takes ``resize(10, 20)`` or ``resize((10, 20))``.
+        """
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        new_shape = tuple(operator.index(size) for size in shape)
+        with self._holding([self._layout.metadata_path], metadata=True):
+            self._reload()
+            self._zarr.resize(new_shape)
+            self._layout = self._zarr.layout()
+
+    def append(self, data: Any, axis: int = 0) -> tuple[int, ...]:
+        """Append ``data`` along ``axis`` after the latest end; return the new shape.
+
+        The metadata lock is held from reading the current shape until the
+        data is written, so appends from several processes each get a region
+        of their own.
+        """
+        data = np.asanyarray(data)
+        with self._holding([self._layout.metadata_path], metadata=True):
+            self._reload()
+            old_shape = self._layout.shape
+            axis = _check_append(old_shape, data.shape, axis)
+            new_shape = tuple(
+                size + data.shape[axis] if dim == axis else size
+                for dim, size in enumerate(old_shape)
+            )
+            self._zarr.resize(new_shape)
+            self._layout = self._zarr.layout()
+            region = tuple(
+                slice(old_shape[dim], None) if dim == axis else slice(None)
+                for dim in range(len(old_shape))
+            )
+            self[region] = data
+        return new_shape
+
+    def refresh(self) -> None:
+        """Reload the metadata (to see other processes' resizes and appends)."""
+        self._reload()
+
+    def _reload(self) -> None:
+        self._zarr.reload()
+        self._layout = self._zarr.layout()
+
+    # ---------------------------------------------------------------- locks
+    @contextmanager
+    def _holding(self, keys: Iterable[str], *, metadata: bool = False) -> Iterator[None]:
+        """Hold the locks of ``keys``: each lock once, in the order of their names."""
+        held = self._held
+        wanted: dict[str, str] = {}
+        for key in keys:
+            wanted.setdefault(lock_name(self._synchronizer, key), key)
+        new = sorted(name for name in wanted if name not in held.locks)
+        self._check_order(new, metadata)
+        taken: list[str] = []
+        try:
+            for name in new:
+                lock = self._synchronizer[wanted[name]]
+                lock.__enter__()
+                held.locks[name] = lock
+                taken.append(name)
+                held.chunks += not metadata
+            yield
+        finally:
+            self._release(taken, metadata)
+
+    def _check_order(self, new: list[str], metadata: bool) -> None:
+        held = self._held
+        if metadata and held.locks:
+            raise LockOrderError(
+                "resize() and append() take the metadata lock, which must come before "
+                "any chunk lock: call them outside proxy.locked()"
+            )
+        if new and held.chunks:
+            raise LockOrderError(
+                "a write inside proxy.locked(selection) touches chunks outside that "
+                f"selection ({len(new)} more locks); taking locks while holding others "
+                "could deadlock: lock the whole region up front"
+            )
+
+    def _release(self, names: list[str], metadata: bool) -> None:
+        held = self._held
+        failure: BaseException | None = None
+        for name in reversed(names):
+            lock = held.locks.pop(name)
+            held.chunks -= not metadata
+            try:
+                lock.__exit__(None, None, None)
+            except BaseException as error:  # noqa: BLE001 - release the others, then re-raise
+                failure = failure or error
+        if failure is not None:
+            raise failure
+
+    # ------------------------------------------------------- pass-through
+    def __getitem__(self, selection: Any) -> Any:
+        return self._zarr.array[selection]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_zarr", "_held", "_layout"):
+            raise AttributeError(name)
+        if name in _UNSYNCHRONIZED:
+            raise AttributeError(
+                f"SynchronizedArray does not synchronize {name}(); write with "
+                "proxy[selection] = value (basic selections), or through proxy.array "
+                "without locks"
+            )
+        attribute = getattr(self._zarr.array, name)
+        return _ReadOnlyIndexer(attribute, name) if name in _INDEXERS else attribute
+
+    def __len__(self) -> int:
+        return len(self._zarr.array)
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._zarr.array.__array__(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (self._zarr, self._synchronizer, self._atomic))
+
+    def __repr__(self) -> str:
+        mode = ", atomic=True" if self._atomic else ""
+        return f"synchronized({self._zarr.array!r}, {self._synchronizer!r}{mode})"
+
+
+def _restore(zarr: _Zarr2 | _Zarr3, synchronizer: Synchronizer, atomic: bool) -> SynchronizedArray:
+    return SynchronizedArray(zarr, synchronizer, atomic=atomic)
+
+
+class _ReadOnlyIndexer:
+    """``proxy.oindex`` and friends: reads pass through, writes are refused."""
+
+    def __init__(self, indexer: Any, name: str) -> None:
+        self._indexer = indexer
+        self._name = name
+
+    def __getitem__(self, selection: Any) -> Any:
+        return self._indexer[selection]
+
+    def __setitem__(self, selection: Any, value: Any) -> None:
+        raise TypeError(
+            f"SynchronizedArray.{self._name} is read-only: write with proxy[selection] = value "
+            "(basic selections), or through proxy.array without locks"
+        )
+
+
+def _check_append(shape: tuple[int, ...], data_shape: tuple[int, ...], axis: int) -> int:
+    if len(data_shape) != len(shape):
+        raise ValueError(
+            f"cannot append data of shape {data_shape} to an array of shape {shape}: "
+            "the numbers of dimensions differ"
+        )
+    if not -len(shape) <= axis < len(shape):
+        raise IndexError(f"axis {axis} is out of bounds for an array of {len(shape)} dimensions")
+    axis %= len(shape)
+    for dim, (size, given) in enumerate(zip(shape, data_shape)):
+        if dim != axis and size != given:
+            raise ValueError(
+                f"cannot append data of shape {data_shape} to an array of shape {shape} "
+                f"along axis {axis}: dimension {dim} differs"
+            )
+    return axis
+
+
+def synchronized(array: Any, synchronizer: Synchronizer, *, atomic: bool = False) -> SynchronizedArray:
+    """Wrap a zarr-python 2 or 3 array so that its writes hold chunk locks.
+
+    Parameters
+    ----------
+    array : zarr.Array
+        A zarr-python 3 array (Zarr format 2 or 3, sharded or not) or a
+        zarr-python 2.18 array.  A zarr-python 2 array's own ``synchronizer``
+        is replaced by this one.
+    synchronizer : ThreadSynchronizer, ProcessSynchronizer, RedisSynchronizer
+        Or anything with ``sync[key] -> lock`` (zarr-python 2's synchronizers).
+    atomic : bool
+        Hold the locks of every chunk a write touches before writing any, so
+        that a region spanning chunks is written as a whole with respect to
+        other synchronized writers and to readers inside ``locked()``.
+
+    Returns
+    -------
+    SynchronizedArray
+
+    Examples
+    --------
+    >>> import tempfile, zarr, zstores
+    >>> array = zarr.create_array(zarr.storage.LocalStore(tempfile.mkdtemp()),
+    ...                           shape=(3000,), chunks=(999,), dtype="i4")
+    >>> sync = zstores.ProcessSynchronizer(tempfile.mkdtemp(), timeout=60)
+    >>> proxy = zstores.synchronized(array, sync)
+    >>> proxy[1000:2000] = 1  # safe beside other processes writing 0:1000 and 2000:3000
+    """
+    return SynchronizedArray(array, synchronizer, atomic=atomic)

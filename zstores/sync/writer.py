@@ -1,0 +1,145 @@
+"""One writer process at a time for stores that cannot take more (Zip, DBM).
+
+A writable ``ZipStore`` or ``DBMStore`` holds an exclusive, non-blocking
+``flock`` on a file while it is open; a second process that opens the same
+store for writing gets ``StoreLockedError`` at once instead of corrupting it.
+Handles within one process share the lock (the stores guard their own
+threads), and a process that dies releases it.
+
+Where ``flock`` is missing (Windows) or the file system refuses it (some
+network file systems), the lock is skipped: the limitation then stands as
+documented by the store's ``supports_process_writers = False``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from typing import Any
+
+from ..errors import StoreLockedError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["StoreLockedError", "WriterLock", "writer_lock"]
+
+# flock errors that mean "this file system cannot lock", not "someone holds it".
+_CANNOT_LOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
+class _Held:
+    __slots__ = ("fd", "users")
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd  # None where the file system cannot lock
+        self.users = 1
+
+
+_MUTEX = threading.Lock()
+_HELD: dict[tuple[int, int], _Held] = {}  # (device, inode) -> the lock this process holds
+
+
+def _drop_inherited_locks() -> None:
+    # A forked child shares its parent's flock; closing its copies of the
+    # descriptors leaves the parent's lock in place and the child without one.
+    for held in _HELD.values():
+        if held.fd is not None:
+            try:
+                os.close(held.fd)
+            except OSError:
+                pass
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
+class WriterLock:
+    """An exclusive lock on ``path`` for this process, released by ``release()``.
+
+    Parameters
+    ----------
+    path : str
+        The file to lock; created (empty) if missing.
+    store : str
+        How the error names the store, e.g. ``"ZipStore"``.
+    create_new : bool
+        Fail with ``FileExistsError`` if ``path`` exists (for mode ``"w-"``).
+
+    Raises
+    ------
+    StoreLockedError
+        If another process holds the lock.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "data.zip")
+    >>> lock = WriterLock(path, "ZipStore")
+    >>> again = WriterLock(path, "ZipStore")  # the same process: shared
+    >>> again.release(); lock.release()
+    """
+
+    def __init__(self, path: str, store: str, *, create_new: bool = False) -> None:
+        self.path = path
+        self._key: tuple[int, int] | None = None
+        if fcntl is None:
+            return
+        flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if create_new else 0)
+        fd = os.open(path, flags, 0o666)
+        with _MUTEX:
+            info = os.fstat(fd)
+            key = (info.st_dev, info.st_ino)
+            held = _HELD.get(key)
+            if held is not None:
+                os.close(fd)  # flock belongs to the first descriptor: closing this one keeps it
+                held.users += 1
+            else:
+                _HELD[key] = _Held(_lock(fd, path, store))
+            self._key = key
+
+    def release(self) -> None:
+        """Give up this handle's share; the last one in the process unlocks the file."""
+        key, self._key = self._key, None
+        if key is None:
+            return
+        with _MUTEX:
+            held = _HELD.get(key)
+            if held is None:  # dropped after a fork
+                return
+            held.users -= 1
+            if held.users == 0:
+                del _HELD[key]
+                if held.fd is not None:
+                    os.close(held.fd)
+
+
+def _lock(fd: int, path: str, store: str) -> int | None:
+    """Lock ``fd`` exclusively; return it, or None (and close it) if the file system cannot."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLockedError(
+            f"{path!r} is open for writing in another process: {store} allows one writer "
+            "process at a time (close it there first, or open it here with mode='r' once "
+            "the writer has closed it)"
+        ) from None
+    except OSError as error:
+        os.close(fd)
+        if error.errno in _CANNOT_LOCK:
+            return None
+        raise
+    return fd
+
+
+def writer_lock(path: str, store: Any, mode: str, *, create_new: bool = False) -> WriterLock | None:
+    """The lock a store opened with ``mode`` must hold: none for readers."""
+    if mode == "r":
+        return None
+    return WriterLock(path, type(store).__name__, create_new=create_new)
