@@ -11,14 +11,20 @@ Everything public is re-exported here; nothing else lives in this module.
 
 from __future__ import annotations
 
+from .adapters import zarr_store
 from .base import MODES, Store
 from .errors import (
     InvalidKeyError,
     KeyConflictError,
+    LeaseExpiredError,
+    LockOrderError,
+    LockTimeoutError,
+    LockUnsupportedError,
     ReadOnlyError,
     StoreClosedError,
     StoreConnectionError,
     StoreExistsError,
+    StoreLockedError,
     StoreNotFoundError,
     UnsupportedOperationError,
     ValueTooLargeError,
@@ -42,18 +48,54 @@ from .stores.dbm import DBMStore
 from .stores.directory import DirectoryStore, NestedDirectoryStore
 from .stores.lmdb import LMDBStore
 from .stores.memory import MemoryStore
+from .stores.mongodb import MongoDBStore
+from .stores.redis import RedisStore
 from .stores.sqlite import SQLiteStore
 from .stores.zip import ZipStore
+from .sync import (
+    ProcessSynchronizer,
+    RedisSynchronizer,
+    SynchronizedArray,
+    ThreadSynchronizer,
+    synchronized,
+)
+from .urls import open_store
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "MODES",
     "ContainsArrayError",
     "ContainsGroupError",
     "DBMStore",
     "DirectoryStore",
+    "InvalidKeyError",
+    "KeyConflictError",
+    "LMDBStore",
+    "LeaseExpiredError",
+    "LockOrderError",
+    "LockTimeoutError",
+    "LockUnsupportedError",
+    "MODES",
+    "MemoryStore",
+    "MongoDBStore",
     "NestedDirectoryStore",
+    "ProcessSynchronizer",
+    "ReadOnlyError",
+    "RedisStore",
+    "RedisSynchronizer",
+    "SQLiteStore",
+    "Store",
+    "StoreClosedError",
+    "StoreConnectionError",
+    "StoreExistsError",
+    "StoreLockedError",
+    "StoreNotFoundError",
+    "SynchronizedArray",
+    "ThreadSynchronizer",
+    "UnsupportedOperationError",
+    "ValueTooLargeError",
+    "ZStoresError",
+    "ZipStore",
     "contains_array",
     "contains_group",
     "getsize",
@@ -61,22 +103,10 @@ __all__ = [
     "init_group",
     "listdir",
     "migrate_1to2",
+    "normalize_storage_path",
+    "open_store",
     "rename",
     "rmdir",
-    "InvalidKeyError",
-    "KeyConflictError",
-    "LMDBStore",
-    "MemoryStore",
-    "ReadOnlyError",
-    "SQLiteStore",
-    "Store",
-    "StoreClosedError",
-    "StoreConnectionError",
-    "StoreExistsError",
-    "StoreNotFoundError",
-    "UnsupportedOperationError",
-    "ValueTooLargeError",
-    "ZipStore",
-    "ZStoresError",
-    "normalize_storage_path",
+    "synchronized",
+    "zarr_store",
 ]

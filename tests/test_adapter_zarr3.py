@@ -1,0 +1,345 @@
+"""The zarr-python 3 adapter: zarr's own store suite on every backend, plus what it leaves out."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import pickle
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from conftest import missing_peer
+from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+from zarr.core.buffer import cpu, default_buffer_prototype
+from zarr.core.sync import sync
+from zarr.testing.store import StoreTests
+from zarr2_suite.backends import ALL, backend_url, missing_server
+
+import zstores
+from zstores.adapters import zarr_store
+from zstores.adapters.zarr3 import ZarrStore, is_blocking
+from zstores.errors import StoreClosedError
+from zstores.urls import open_store
+
+
+def run_async_tests(cls: type) -> type:
+    """Run zarr's ``async def`` tests and fixtures on an event loop of their own.
+
+    zarr's suite expects pytest-asyncio; this gives each async test a fresh
+    loop with ``asyncio.run`` instead, leaving the test bodies untouched.
+    """
+    for name in dir(cls):
+        test = getattr(cls, name)
+        if name.startswith("test_") and inspect.iscoroutinefunction(test):
+            setattr(cls, name, _synchronous(test))
+    return cls
+
+
+def _synchronous(test: Any) -> Any:
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+class AdapterSuite(StoreTests[ZarrStore, cpu.Buffer]):
+    """zarr.testing.store.StoreTests over one backend (``backend``)."""
+
+    store_cls = ZarrStore
+    buffer_cls = cpu.Buffer
+    backend: str
+
+    @pytest.fixture
+    def store_kwargs(self, tmp_path):
+        reason = missing_server(self.backend)
+        if reason:
+            missing_peer(reason)
+        backend = open_store(backend_url(self.backend, tmp_path), mode="w")
+        yield {"store": backend}
+        if backend.persistent and not backend.closed:
+            backend.clear()  # network stores outlive the test
+        backend.close()
+
+    # zarr's fixtures of the same names are coroutines (pytest-asyncio).
+    @pytest.fixture
+    def store(self, open_kwargs):
+        return asyncio.run(self.store_cls.open(**open_kwargs))
+
+    @pytest.fixture
+    def store_not_open(self, store_kwargs):
+        return self.store_cls(**store_kwargs)
+
+    async def set(self, store: ZarrStore, key: str, value) -> None:
+        store.store[key] = value.to_bytes()
+
+    async def get(self, store: ZarrStore, key: str):
+        return self.buffer_cls.from_bytes(store.store[key])
+
+    def test_store_repr(self, store: ZarrStore) -> None:
+        assert repr(store) == f"ZarrStore({store.store!r}, read_only=False)"
+
+    def test_store_supports_writes(self, store: ZarrStore) -> None:
+        assert store.supports_writes
+
+    def test_store_supports_listing(self, store: ZarrStore) -> None:
+        assert store.supports_listing
+
+
+for _backend in ALL:
+    _name = f"TestZarr3Suite_{_backend}"
+    globals()[_name] = run_async_tests(type(_name, (AdapterSuite,), {"backend": _backend}))
+del _backend, _name
+
+
+# ------------------------------------------------------------------------
+# What zarr's suite leaves out.
+# ------------------------------------------------------------------------
+prototype = default_buffer_prototype()
+
+
+class RecordingStore(zstores.DirectoryStore):
+    """A real DirectoryStore that records which thread ran each read and each range read."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.threads: list[str] = []
+        self.ranges: list[tuple[str, int, int | None]] = []
+
+    def _get(self, key):
+        import threading
+
+        self.threads.append(threading.current_thread().name)
+        return super()._get(key)
+
+    def _get_range(self, key, start, length):
+        self.ranges.append((key, start, length))
+        return super()._get_range(key, start, length)
+
+
+class InlineDirectoryStore(RecordingStore):
+    blocking = False  # what a store class declares to be called on the loop
+
+
+def test_zarr_store_picks_the_zarr3_adapter_and_owns_url_stores(tmp_path):
+    adapter = zarr_store(f"sqlite://{tmp_path}/s.sqlite")
+    assert type(adapter) is ZarrStore and not adapter.read_only
+    adapter.close()
+    assert adapter.store.closed  # opened from a URL: the adapter's to close
+    backend = open_store(f"sqlite://{tmp_path}/s.sqlite")
+    mine = zarr_store(backend, mode="r")
+    assert mine.read_only and mine.store is backend
+    mine.close()
+    assert not backend.closed  # passed in: the caller's to close
+    backend.close()
+    with pytest.raises(TypeError, match="zarr_store takes a zstores.Store, a URL or a path"):
+        zarr_store({"a": b"1"})
+
+
+def test_blocking_backends_run_in_worker_threads_others_on_the_loop(tmp_path):
+    import threading
+
+    async def read(adapter):
+        await adapter.get("k", prototype)
+        await asyncio.gather(*(adapter.get("k", prototype) for _ in range(20)))
+        return threading.current_thread().name
+
+    blocking = RecordingStore(tmp_path / "a")
+    blocking["k"] = b"v"
+    loop_thread = asyncio.run(read(ZarrStore(blocking)))
+    assert is_blocking(blocking) and len(blocking.threads) == 21
+    assert loop_thread not in blocking.threads
+    assert all(name.startswith("zstores-zarr") for name in blocking.threads)
+
+    inline = InlineDirectoryStore(tmp_path / "b")
+    inline["k"] = b"v"
+    loop_thread = asyncio.run(read(ZarrStore(inline)))
+    assert not is_blocking(inline) and set(inline.threads) == {loop_thread}
+    assert not is_blocking(zstores.MemoryStore())
+    assert not is_blocking(open_store(f"lmdb://{tmp_path}/l"))
+    assert is_blocking(open_store(f"sqlite://{tmp_path}/s.db"))
+
+
+def test_errors_reach_the_awaiting_caller(tmp_path):
+    adapter = ZarrStore(zstores.DirectoryStore(tmp_path / "d"))
+    sync(adapter.set("a", cpu.Buffer.from_bytes(b"1")))
+    with pytest.raises(zstores.KeyConflictError):  # a key cannot also be a folder here
+        sync(adapter.set("a/b", cpu.Buffer.from_bytes(b"2")))
+    with pytest.raises(zstores.InvalidKeyError):
+        sync(adapter.get("a/../b", prototype))
+
+
+@pytest.mark.parametrize(
+    ("byte_range", "expected", "call"),
+    [
+        (RangeByteRequest(2, 5), b"234", (2, 3)),
+        (OffsetByteRequest(7), b"789", (7, None)),
+        (SuffixByteRequest(4), b"6789", (-4, None)),
+        (SuffixByteRequest(0), b"", (0, 0)),
+        (SuffixByteRequest(50), b"0123456789", (-50, None)),
+    ],
+)
+def test_byte_ranges_go_through_get_range(tmp_path, byte_range, expected, call):
+    backend = RecordingStore(tmp_path / "d")
+    backend["v"] = b"0123456789"
+    adapter = ZarrStore(backend)
+    assert sync(adapter.get("v", prototype, byte_range)).to_bytes() == expected
+    assert adapter.get_sync("v", byte_range=byte_range).to_bytes() == expected
+    assert backend.ranges == [("v", *call)] * 2
+    assert sync(adapter.get("missing", prototype, byte_range)) is None
+
+
+def test_sharded_array_reads_inner_chunks_by_range(tmp_path):
+    backend = RecordingStore(tmp_path / "d")
+    adapter = ZarrStore(backend)
+    array = zarr.create_array(adapter, shape=(64,), chunks=(8,), shards=(32,), dtype="i4",
+                              compressors=None)
+    array[:] = np.arange(64)
+    assert int(zarr.open_array(adapter, mode="r")[37]) == 37
+    assert any(key == "c/1" for key, _, _ in backend.ranges)  # index and inner chunk by range
+
+
+def test_listing_streams_in_batches_from_blocking_backends(tmp_path):
+    backend = zstores.SQLiteStore(tmp_path / "s.sqlite")
+    backend.setitems({f"g/c/{i}": b"" for i in range(2500)} | {"g/zarr.json": b"{}", "h": b""})
+    adapter = ZarrStore(backend)
+
+    async def collect(iterator):
+        return [key async for key in iterator]
+
+    keys = asyncio.run(collect(adapter.list()))
+    assert len(keys) == 2502 and len(set(keys)) == 2502
+    assert sorted(asyncio.run(collect(adapter.list_dir("g")))) == ["c", "zarr.json"]
+    assert len(asyncio.run(collect(adapter.list_prefix("g/c/")))) == 2500
+    # a string prefix, not a folder: "g/c/24" matches g/c/24, g/c/240 ... g/c/2499
+    expected = sorted(key for key in backend if key.startswith("g/c/24"))
+    assert sorted(asyncio.run(collect(adapter.list_prefix("g/c/24")))) == expected
+    assert len(expected) == 111
+    assert asyncio.run(collect(adapter.list_prefix("h"))) == ["h"]
+
+
+def test_sizes(tmp_path):
+    adapter = zarr_store(f"lmdb://{tmp_path}/l")
+    array = zarr.create_array(adapter, name="g/a", shape=(10,), chunks=(5,), dtype="u1",
+                              compressors=None)
+    array[:] = 1
+    assert sync(adapter.getsize("g/a/c/0")) == 5
+    assert sync(adapter.getsize_prefix("g/a")) == 10 + len(adapter.store["g/a/zarr.json"])
+    assert array.nbytes_stored() == sync(adapter.getsize_prefix("g/a"))
+    with pytest.raises(FileNotFoundError):
+        sync(adapter.getsize("g/a"))  # a prefix, not a key
+
+
+def test_read_only_refuses_every_write(tmp_path):
+    backend = zstores.MemoryStore()
+    reader = ZarrStore(backend, read_only=True)
+    message = "store was opened in read-only mode and does not support writing"
+    for attempt in (lambda: sync(reader.set("k", cpu.Buffer.from_bytes(b"1"))),
+                    lambda: sync(reader.delete("k")), lambda: sync(reader.delete_dir("")),
+                    lambda: sync(reader.clear()),
+                    lambda: reader.set_sync("k", cpu.Buffer.from_bytes(b"1")),
+                    lambda: sync(reader.set_if_not_exists("k", cpu.Buffer.from_bytes(b"1")))):
+        with pytest.raises(ValueError, match=message):
+            attempt()
+    assert len(backend) == 0
+    with pytest.raises(ValueError, match="opened read-only"):
+        ZarrStore(zstores.MemoryStore(mode="r"), read_only=False)
+
+
+def test_with_read_only_reopens_a_read_only_store_for_writing(tmp_path):
+    with zstores.SQLiteStore(tmp_path / "s.db") as setup:
+        setup["k"] = b"old"
+    reader = zarr_store(f"sqlite://{tmp_path}/s.db", mode="r")
+    writer = reader.with_read_only(False)
+    assert not writer.read_only and writer.store is not reader.store
+    writer.set_sync("k", cpu.Buffer.from_bytes(b"new"))
+    assert reader.get_sync("k").to_bytes() == b"new"
+    writer.close()
+    assert writer.store.closed and not reader.store.closed
+    view = reader.with_read_only(True)
+    assert view.store is reader.store and view.read_only
+    reader.close()
+
+
+def test_an_owned_store_reopens_after_close(tmp_path):
+    adapter = zarr_store(f"lmdb://{tmp_path}/l", mode="w")
+    array = zarr.create_array(adapter, shape=(4,), chunks=(2,), dtype="u1", compressors=None)
+    array[:] = 3
+    adapter.close()
+    assert adapter.store.closed and not adapter._is_open
+    assert zarr.open_array(adapter, mode="r")[1] == 3  # as zarr's own stores do
+    assert not adapter.store.closed
+    adapter.close()
+    assert sync(adapter.get("c/0", prototype)).to_bytes() == b"\x03\x03"
+    assert adapter._is_open and not adapter.store.closed
+    adapter.close()
+
+
+def test_a_closed_unowned_store_is_an_error(tmp_path):
+    backend = zstores.DirectoryStore(tmp_path / "d")
+    adapter = ZarrStore(backend)
+    backend.close()
+    with pytest.raises(StoreClosedError):
+        sync(adapter.get("k", prototype))
+
+
+@pytest.mark.parametrize("url", ["memory://", "file://{root}/d", "lmdb://{root}/l", "sqlite://{root}/s.db"])
+def test_pickled_adapter_equals_and_reaches_the_same_data(tmp_path, url):
+    adapter = zarr_store(url.format(root=tmp_path), mode="w")
+    adapter.set_sync("k", cpu.Buffer.from_bytes(b"v"))
+    copy = pickle.loads(pickle.dumps(adapter))
+    assert copy == adapter and hash(copy) == hash(adapter)
+    assert copy.get_sync("k").to_bytes() == b"v"
+    assert copy.with_read_only(True) != adapter
+    if adapter.store.persistent:
+        copy.set_sync("k2", cpu.Buffer.from_bytes(b"w"))
+        assert adapter.get_sync("k2").to_bytes() == b"w"
+    copy.close()
+    adapter.close()
+
+
+def test_an_empty_store_opened_with_w_unpickles(tmp_path):
+    adapter = zarr_store(f"dbm://{tmp_path}/d?open=dumb", mode="w")
+    copy = pickle.loads(pickle.dumps(adapter))  # reopened without clearing or refusing it
+    assert copy.store.mode == "a" and copy == adapter
+    adapter.close()
+    copy.close()
+
+
+def test_set_if_not_exists_and_get_many(tmp_path):
+    adapter = zarr_store(f"sqlite://{tmp_path}/s.db")
+    one = cpu.Buffer.from_bytes(b"1")
+    sync(adapter.set_if_not_exists("a", one))
+    sync(adapter.set_if_not_exists("a", cpu.Buffer.from_bytes(b"2")))
+    assert adapter.get_sync("a").to_bytes() == b"1"
+
+    async def many():
+        requests = [("a", prototype, None), ("zz", prototype, None),
+                    ("a", prototype, RangeByteRequest(0, 0))]
+        return [(key, None if value is None else value.to_bytes())
+                async for key, value in adapter._get_many(requests)]
+
+    assert asyncio.run(many()) == [("a", b"1"), ("zz", None), ("a", b"")]
+    adapter.close()
+
+
+def test_suite_capabilities_are_claimed_so_nothing_is_skipped(tmp_path):
+    # zarr's suite skips its sync and delete tests for stores without them
+    from zarr.abc.store import SupportsSyncStore
+
+    for backend in ("memory", "directory", "nested", "zip", "dbm", "lmdb", "sqlite"):
+        adapter = zarr_store(backend_url(backend, tmp_path / backend), mode="w")
+        assert isinstance(adapter, SupportsSyncStore)
+        assert adapter.supports_deletes and adapter.supports_writes and adapter.supports_listing
+        assert not adapter.supports_partial_writes
+        adapter.close()
+
+
+def test_empty_key_holds_nothing():
+    adapter = ZarrStore(zstores.MemoryStore())
+    assert sync(adapter.get("", prototype)) is None
+    assert not sync(adapter.exists(""))
+    assert sync(adapter.is_empty(""))

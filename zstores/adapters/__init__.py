@@ -1,0 +1,175 @@
+"""zarr-python adapters: ``zarr_store(store_or_url)`` returns what the installed zarr takes.
+
+zarr-python 3 gets a ``zarr.abc.store.Store`` subclass (``adapters/zarr3.py``),
+zarr-python 2.18 a ``zarr.storage.BaseStore`` subclass (``adapters/zarr2.py``);
+both wrap a ``zstores.Store`` and use its fast paths.  zarr is imported only
+when an adapter is asked for, so the core never depends on it.
+
+What both adapters share lives here: who closes the wrapped store, when two
+adapters are equal, and how they pickle.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..base import Mode, Store, check_mode
+from ..keys import normalize_storage_path, prefix_of
+
+__all__ = ["zarr_store"]
+
+
+def zarr_store(store_or_url: Store | str | os.PathLike[str], *, mode: Mode = "a") -> Any:
+    """Wrap a store for the installed zarr-python (2.18 or 3.x).
+
+    Parameters
+    ----------
+    store_or_url : zstores.Store, str or os.PathLike
+        A store, or a URL or path for ``zstores.open_store``.  A store opened
+        here from a URL belongs to the adapter: closing the adapter closes it.
+        A store passed in stays the caller's to close.
+    mode : {"r", "r+", "a", "w", "w-"}
+        The mode a URL is opened with.  ``"r"`` also makes the adapter
+        read-only over a writable store; otherwise the adapter is read-only
+        exactly when the store is.
+
+    Returns
+    -------
+    zarr.abc.store.Store or zarr.storage.BaseStore
+        ``zstores.adapters.zarr3.ZarrStore`` under zarr-python 3,
+        ``zstores.adapters.zarr2.Zarr2Store`` under zarr-python 2.18.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, zarr
+    >>> from zstores.adapters import zarr_store
+    >>> path = os.path.join(tempfile.mkdtemp(), "data.lmdb")
+    >>> array = zarr.open_array(zarr_store(f"lmdb://{path}"), mode="w",
+    ...                         shape=(4, 4), chunks=(2, 2), dtype="i4")
+    >>> array[:] = np.arange(16).reshape(4, 4)
+    >>> int(zarr.open_array(zarr_store(path, mode="r"))[3, 3])
+    15
+    """
+    check_mode(mode)
+    import zarr
+
+    major = int(zarr.__version__.split(".")[0])
+    if major >= 3:
+        from .zarr3 import ZarrStore as adapter
+    elif major == 2:
+        from .zarr2 import Zarr2Store as adapter  # type: ignore[assignment]
+    else:
+        raise ImportError(f"zstores supports zarr-python 2.18 and 3, not {zarr.__version__}")
+    store, owned = open_backend(store_or_url, mode)
+    read_only = True if mode == "r" else None
+    return adapter(store, read_only=read_only, owns_store=owned)
+
+
+def open_backend(store_or_url: Store | str | os.PathLike[str], mode: str) -> tuple[Store, bool]:
+    """The store to wrap, and whether the adapter owns (and so closes) it."""
+    if isinstance(store_or_url, Store):
+        return store_or_url, False
+    if isinstance(store_or_url, (str, os.PathLike)):
+        from ..urls import open_store
+
+        return open_store(store_or_url, mode=mode), True  # type: ignore[arg-type]
+    raise TypeError(
+        "zarr_store takes a zstores.Store, a URL or a path, not "
+        f"{type(store_or_url).__name__} (wrap a plain mapping in zstores.MemoryStore first)"
+    )
+
+
+class Adapter:
+    """Mixin of both adapters: the wrapped store, its ownership, equality and pickling.
+
+    ``_store`` is the wrapped ``zstores.Store``; ``_owns_store`` says whether
+    closing the adapter closes it (stores opened from a URL or unpickled).  An
+    in-memory store is never closed by an adapter: its data would be gone,
+    while zarr-python expects a closed store to open again with its data, as
+    zarr's own ``MemoryStore`` does.
+    """
+
+    _store: Store
+    _owns_store: bool
+
+    @property
+    def store(self) -> Store:
+        """The wrapped ``zstores.Store``."""
+        return self._store
+
+    def _release(self) -> None:
+        """Close the wrapped store if this adapter owns it and closing loses nothing."""
+        if self._owns_store and self._store.persistent:
+            self._store.close()
+
+    def _revive(self) -> None:
+        """Reopen an owned store closed by ``_release`` (zarr reopens closed stores)."""
+        store = self._store
+        if store.closed and self._owns_store and store.persistent:
+            self._store = reopened(store)
+
+    def _same_store(self, other: Adapter) -> bool:
+        mine, theirs = self._store, other._store
+        if mine is theirs:
+            return True
+        if type(mine) is not type(theirs):
+            return False
+        if mine.persistent:
+            return bool(mine == theirs)
+        # In-memory stores are equal when they hold equal data, as zarr's
+        # MemoryStore defines it: a pickled copy equals its original.
+        return dict(mine.items()) == dict(theirs.items())
+
+    def _identity_hash(self) -> int:
+        store = self._store
+        return hash((type(self), type(store), hash(store) if store.persistent else 0))
+
+
+# A store opened with "w" or "w-" reopens with "a": its data must be neither
+# cleared again nor refused, and "r+" (what Store.__reduce__ uses) refuses a
+# store that is still empty, which DBM and Redis cannot tell from a missing one.
+_MODE_AFTER_PICKLE = {"w": "a", "w-": "a"}
+
+
+def pickled_store(store: Store) -> tuple[Any, ...]:
+    """What an adapter pickles for its store: the store if in memory, else how to reopen it."""
+    if not store.persistent:
+        return (store,)
+    return (type(store), store._params(), _MODE_AFTER_PICKLE.get(store.mode, store.mode))
+
+
+def unpickled_store(state: tuple[Any, ...]) -> Store:
+    """The store ``pickled_store`` described: a new handle on the same data."""
+    if len(state) == 1:
+        return state[0]  # type: ignore[no-any-return]
+    cls, params, mode = state
+    return cls(**params, mode=mode)  # type: ignore[no-any-return]
+
+
+def reopened(store: Store, mode: str | None = None) -> Store:
+    """A new handle on the data of a persistent store, with ``mode`` or as unpickling would."""
+    cls, params, after_pickle = pickled_store(store)
+    return cls(**params, mode=mode or after_pickle)  # type: ignore[no-any-return]
+
+
+def keys_with_prefix(store: Store, prefix: str) -> list[str]:
+    """Every key of ``store`` that starts with the string ``prefix`` (``"fo"`` matches ``foo/x``).
+
+    Lists only the folder the prefix ends in, through the backend's range
+    scan, and filters by the partial last segment.
+    """
+    store._check_open()
+    folder, _, partial = prefix.rpartition("/")
+    start = prefix_of(normalize_storage_path(folder))
+    keys = store._list_prefix(start)
+    if not partial:
+        return list(keys)
+    wanted = start + partial
+    return [key for key in keys if key.startswith(wanted)]
+
+
+def size_under(store: Store, prefix: str) -> int:
+    """Total size of the values under the folder ``prefix`` (the whole store for "")."""
+    store._check_open()
+    return store._getsize_prefix(prefix_of(normalize_storage_path(prefix)))

@@ -1,0 +1,526 @@
+"""ZarrStore: any ``zstores.Store`` as a zarr-python 3 store.
+
+zarr-python 3 drives stores from an event loop.  Backends that block (files,
+SQLite, DBM, zip, network) run in worker threads so the loop stays free;
+in-memory and memory-mapped ones (Memory, LMDB) answer faster than a thread
+hand-off costs and are called directly (see ``is_blocking``).
+
+Calls to blocking backends made in the same turn of the loop travel to the
+workers together: zarr reads up to ``async.concurrency`` chunks at once, and
+one hand-off for all of them costs what LocalStore pays for each one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from zarr.abc.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    SuffixByteRequest,
+)
+from zarr.abc.store import Store as ZarrABCStore
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.core.buffer.core import default_buffer_prototype
+
+from ..base import Store
+from ..errors import InvalidKeyError
+from ..stores.lmdb import LMDBStore
+from ..stores.memory import MemoryStore
+from . import Adapter, keys_with_prefix, pickled_store, reopened, size_under, unpickled_store
+
+__all__ = ["ZarrStore", "is_blocking"]
+
+T = TypeVar("T")
+
+# Backends whose calls cost less than a hand-off to a thread (measured by
+# scripts/bench_zarr.py); a store class may say so itself with ``blocking``.
+_NON_BLOCKING: tuple[type[Store], ...] = (MemoryStore, LMDBStore)
+
+# Keys per hand-off when a listing is pulled from a blocking backend.
+_LIST_BATCH = 1000
+
+
+def is_blocking(store: Store) -> bool:
+    """Whether the adapter runs ``store``'s calls in worker threads.
+
+    A store class may declare ``blocking = False`` (in-memory or memory-mapped
+    engines); otherwise Memory and LMDB stores are called directly and every
+    other store in worker threads.
+    """
+    declared = getattr(type(store), "blocking", None)
+    if declared is not None:
+        return bool(declared)
+    return not isinstance(store, _NON_BLOCKING)
+
+
+Queued = tuple[Callable[[], Any], "asyncio.Future[Any]"]  # (call, future)
+Outcome = tuple["asyncio.Future[Any]", bool, Any]  # (future, succeeded, result or error)
+
+
+class _Workers:
+    """Worker threads that run blocking calls, many per hand-off.
+
+    ``run`` queues a call; the first call queued in a turn of the event loop
+    schedules a flush for the next turn, which wakes at most one thread per
+    queued call; the threads take calls from the shared queue until it is
+    empty.  Results of quick calls travel back to the loop together, at most
+    ``_HOLD_SECONDS`` after the first of them; a slow call's result goes back
+    at once.  A hand-off each way costs a thread wake-up; batching pays it
+    once for up to ``async.concurrency`` chunks where ``asyncio.to_thread``
+    pays it for each.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self._threads = threads
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._queued: dict[asyncio.AbstractEventLoop, list[Queued]] = {}
+
+    def _executor(self) -> ThreadPoolExecutor:
+        pool = self._pool
+        if pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._threads,
+                                                    thread_name_prefix="zstores-zarr")
+                pool = self._pool
+        return pool
+
+    def after_fork(self) -> None:
+        # The parent's threads do not exist in a forked child.
+        self._lock = threading.Lock()
+        self._pool = None
+        self._queued = {}
+
+    def run(self, call: Callable[[], T]) -> asyncio.Future[T]:
+        """Queue ``call`` for a worker thread; await the returned future for its result."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        queued = self._queued.get(loop)
+        if queued is None:
+            queued = self._queued[loop] = []
+            loop.call_soon(self._flush, loop)
+        queued.append((call, future))
+        return future
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        queued = self._queued.pop(loop, [])
+        work = deque(queued)
+        pool = self._executor()
+        for _ in range(min(len(queued), self._threads)):
+            pool.submit(_drain, loop, work)
+
+
+# How long a worker holds results of quick calls to send them in one wake-up.
+_HOLD_SECONDS = 0.0002
+
+
+def _drain(loop: asyncio.AbstractEventLoop, work: deque[Queued]) -> None:
+    outcomes: list[Outcome] = []
+    first_held = 0.0
+    while True:
+        try:
+            call, future = work.popleft()
+        except IndexError:
+            break
+        started = time.monotonic()
+        try:
+            outcomes.append((future, True, call()))
+        except BaseException as error:  # noqa: BLE001 - handed to the awaiting task
+            outcomes.append((future, False, error))
+        now = time.monotonic()
+        if len(outcomes) == 1:
+            first_held = now
+        if now - started >= _HOLD_SECONDS or now - first_held >= _HOLD_SECONDS:
+            _send(loop, outcomes)
+            outcomes = []
+    if outcomes:
+        _send(loop, outcomes)
+
+
+def _send(loop: asyncio.AbstractEventLoop, outcomes: list[Outcome]) -> None:
+    try:
+        loop.call_soon_threadsafe(_settle, outcomes)
+    except RuntimeError:
+        pass  # the loop has closed: nobody awaits these any more
+
+
+def _settle(outcomes: list[Outcome]) -> None:
+    for future, succeeded, value in outcomes:
+        if future.done():  # cancelled meanwhile
+            continue
+        if succeeded:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+
+# As many threads as asyncio's default executor, which LocalStore uses.
+_WORKERS = _Workers(min(32, (os.cpu_count() or 1) + 4))
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WORKERS.after_fork)
+
+
+def _range_args(byte_range: ByteRequest) -> tuple[int, int | None]:
+    """``(start, length)`` for ``Store.get_range`` from a zarr byte request."""
+    if isinstance(byte_range, RangeByteRequest):
+        return byte_range.start, max(byte_range.end - byte_range.start, 0)
+    if isinstance(byte_range, OffsetByteRequest):
+        return byte_range.offset, None
+    if isinstance(byte_range, SuffixByteRequest):
+        if byte_range.suffix == 0:
+            return 0, 0  # "-0" would be the whole value
+        return -byte_range.suffix, None
+    raise TypeError(
+        f"Unexpected byte_range, got {byte_range!r}; expected None, RangeByteRequest, "
+        "OffsetByteRequest or SuffixByteRequest"
+    )
+
+
+def _as_bytes(value: Buffer) -> Any:
+    if not isinstance(value, Buffer):
+        raise TypeError(
+            f"a zarr store value must be a zarr.core.buffer.Buffer, not {type(value).__name__}"
+        )
+    return value.as_numpy_array()  # a view for CPU buffers; the backend copies it
+
+
+class ZarrStore(Adapter, ZarrABCStore):
+    """A ``zstores.Store`` as a zarr-python 3 store.
+
+    Every zarr-python 3 call maps onto the store's synchronous API and its fast
+    paths: byte ranges onto ``get_range``, ``get_partial_values`` and many
+    keys onto ``getitems``/``setitems`` (one transaction where the backend
+    has them), ``delete_dir`` onto ``rmdir``, ``list_dir`` onto ``listdir``,
+    ``getsize_prefix`` onto the backend's size scan.  The synchronous
+    ``get_sync``, ``set_sync`` and ``delete_sync`` call the store directly.
+
+    Parameters
+    ----------
+    store : zstores.Store
+        The store to wrap.
+    read_only : bool or None
+        Refuse writes; ``None`` (default) follows the store (read-only for
+        mode ``"r"``).  A store opened with mode ``"r"`` cannot back a
+        writable adapter, except through ``with_read_only(False)``, which
+        reopens it.
+    owns_store : bool
+        Close ``store`` when the adapter is closed (``zarr_store(url)`` sets
+        it).  An owned store closed this way reopens on the adapter's next
+        use, as zarr-python expects of its stores.
+
+    Notes
+    -----
+    ``supports_deletes`` is the store's own flag; ``supports_writes`` and
+    ``supports_listing`` are True; ``supports_partial_writes`` is False, as
+    for every zarr-python 3 store.  ``set_if_not_exists`` checks and writes in
+    one call, which is atomic among the threads of this process only.
+
+    Examples
+    --------
+    >>> import numpy as np, zarr
+    >>> from zstores import MemoryStore
+    >>> from zstores.adapters.zarr3 import ZarrStore
+    >>> backend = MemoryStore()
+    >>> array = zarr.create_array(ZarrStore(backend), shape=(4,), chunks=(2,), dtype="u1")
+    >>> array[:] = np.arange(4)
+    >>> sorted(backend)
+    ['c/0', 'c/1', 'zarr.json']
+    """
+
+    supports_writes: bool = True
+    supports_listing: bool = True
+
+    def __init__(self, store: Store, *, read_only: bool | None = None,
+                 owns_store: bool = False) -> None:
+        if not isinstance(store, Store):
+            raise TypeError(
+                f"ZarrStore wraps a zstores.Store, not {type(store).__name__} "
+                "(zstores.zarr_store also takes a URL)"
+            )
+        if read_only is None:
+            read_only = store.read_only
+        elif not read_only and store.read_only:
+            raise ValueError(
+                f"{store!r} was opened read-only (mode 'r'), so it cannot back a writable "
+                "ZarrStore; open it with another mode or use with_read_only(False)"
+            )
+        super().__init__(read_only=bool(read_only))
+        self._store = store
+        self._owns_store = bool(owns_store)
+        self._blocking = is_blocking(store)
+
+    # ----------------------------------------------------------- dispatch
+    def _ready(self) -> Store:
+        """The wrapped store, reopened first if ``close()`` closed it."""
+        if not self._is_open:
+            self._open_sync()
+        return self._store
+
+    async def _run(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)``: right here, or in a worker thread for a blocking store."""
+        if not self._blocking:
+            return function(*args)
+        return await _WORKERS.run(lambda: function(*args))
+
+    # ----------------------------------------------------------- lifecycle
+    async def _open(self) -> None:
+        self._revive()
+        await super()._open()
+
+    def _open_sync(self) -> None:
+        # what zarr's Store._open does, without a coroutine on every call
+        self._revive()
+        self._is_open = True
+
+    def close(self) -> None:
+        """Mark the adapter closed; an owned persistent store is closed too.
+
+        zarr-python reopens a closed store on its next use, and so does this
+        adapter (reopening an owned store from its location).
+        """
+        super().close()
+        self._release()
+
+    def with_read_only(self, read_only: bool = False) -> ZarrStore:
+        """A new, not yet opened adapter on the same store with another ``read_only``.
+
+        It shares the wrapped store, except that a writable adapter over a
+        store opened with mode ``"r"`` reopens the store with mode ``"r+"``
+        (and owns that handle).
+        """
+        self._revive()  # zarr opens arrays on a closed store through here
+        store, owned = self._store, False
+        if not read_only and store.read_only:
+            if not store.persistent:
+                raise ValueError(f"{store!r} is in memory and read-only; it cannot become writable")
+            store, owned = reopened(store, mode="r+"), True
+        return type(self)(store, read_only=read_only, owns_store=owned)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ZarrStore):
+            return NotImplemented
+        return self.read_only == other.read_only and self._same_store(other)
+
+    def __hash__(self) -> int:
+        return self._identity_hash()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unpickle, (type(self), pickled_store(self._store), self.read_only))
+
+    def __repr__(self) -> str:
+        return f"ZarrStore({self._store!r}, read_only={self.read_only})"
+
+    def __str__(self) -> str:
+        # zarr shows str(store) in paths and messages: say which data (never a password)
+        return repr(self._store)
+
+    # ------------------------------------------------------------ reading
+    async def get(
+        self,
+        key: str,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        """The value of ``key`` (or a byte range of it), or None if it is missing."""
+        store = self._ready()
+        if byte_range is None:
+            data = await self._run(_read, store, key)
+        else:
+            data = await self._run(_read_range, store, key, *_range_args(byte_range))
+        if data is None:
+            return None
+        return (prototype or default_buffer_prototype()).buffer.from_bytes(data)
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        """``get`` without the event loop: a direct call into the store."""
+        store = self._ready()
+        if byte_range is None:
+            data = _read(store, key)
+        else:
+            data = _read_range(store, key, *_range_args(byte_range))
+        if data is None:
+            return None
+        return (prototype or default_buffer_prototype()).buffer.from_bytes(data)
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        """Many values or ranges in one call into the store."""
+        requests = [
+            (key, None if byte_range is None else _range_args(byte_range))
+            for key, byte_range in key_ranges
+        ]
+        values = await self._run(_read_all, self._ready(), requests)
+        return [None if data is None else prototype.buffer.from_bytes(data) for data in values]
+
+    async def _get_many(
+        self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
+    ) -> AsyncIterator[tuple[str, Buffer | None]]:
+        requests = list(requests)
+        whole = [key for key, _, byte_range in requests if byte_range is None]
+        found = await self._run(self._ready().getitems, whole) if whole else {}
+        for key, prototype, byte_range in requests:
+            if byte_range is None:
+                data = found.get(key)
+                yield key, None if data is None else prototype.buffer.from_bytes(data)
+            else:
+                yield key, await self.get(key, prototype, byte_range)
+
+    async def exists(self, key: str) -> bool:
+        """Whether ``key`` holds a value (a prefix alone is not a key)."""
+        return await self._run(self._ready().__contains__, key)
+
+    async def getsize(self, key: str) -> int:
+        """Size of the value at ``key`` in bytes; FileNotFoundError if missing."""
+        return await self._run(_key_size, self._ready(), key)
+
+    async def getsize_prefix(self, prefix: str) -> int:
+        """Total size of the values under ``prefix`` (a group or array path)."""
+        return await self._run(size_under, self._ready(), prefix)
+
+    # ------------------------------------------------------------ writing
+    async def set(self, key: str, value: Buffer) -> None:
+        """Store ``value`` at ``key``."""
+        self._check_writable()
+        await self._run(self._ready().__setitem__, key, _as_bytes(value))
+
+    def set_sync(self, key: str, value: Buffer) -> None:
+        """``set`` without the event loop: a direct call into the store."""
+        self._check_writable()
+        self._ready()[key] = _as_bytes(value)
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        """Store ``value`` at ``key`` unless the key exists."""
+        self._check_writable()
+        await self._run(_set_if_missing, self._ready(), key, _as_bytes(value))
+
+    async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
+        self._check_writable()
+        items = {key: _as_bytes(value) for key, value in values}
+        await self._run(self._ready().setitems, items)
+
+    @property
+    def supports_deletes(self) -> bool:  # type: ignore[override]
+        """The wrapped store's own ``supports_deletes``."""
+        return bool(self._store.supports_deletes)
+
+    async def delete(self, key: str) -> None:
+        """Delete ``key``; a missing key is not an error."""
+        self._check_writable()
+        await self._run(self._ready().delitems, [key])
+
+    def delete_sync(self, key: str) -> None:
+        """``delete`` without the event loop: a direct call into the store."""
+        self._check_writable()
+        self._ready().delitems([key])
+
+    async def delete_dir(self, prefix: str) -> None:
+        """Delete every key under ``prefix`` (everything for ``""``)."""
+        self._check_writable()
+        await self._run(self._ready().rmdir, prefix)
+
+    async def clear(self) -> None:
+        """Delete every key."""
+        self._check_writable()
+        await self._run(self._ready().clear)
+
+    # ------------------------------------------------------------ listing
+    async def is_empty(self, prefix: str) -> bool:
+        """True when no key lies under ``prefix`` (the whole store for ``""``)."""
+        return not await self._run(self._ready().listdir, prefix)
+
+    async def list(self) -> AsyncIterator[str]:  # type: ignore[override]
+        """Every key, streamed in batches as the backend yields them."""
+        async for key in self._stream(iter, self._ready()):
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:  # type: ignore[override]
+        """Every key that starts with ``prefix``."""
+        async for key in self._stream(keys_with_prefix, self._ready(), prefix):
+            yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:  # type: ignore[override]
+        """Names of the keys and sub-prefixes directly under ``prefix``."""
+        async for name in self._stream(self._ready().listdir, prefix):
+            yield name
+
+    async def _stream(
+        self, listing: Callable[..., Iterable[str]], *args: Any
+    ) -> AsyncIterator[str]:
+        """The keys ``listing(*args)`` yields, pulled in batches from a blocking store."""
+        if not self._blocking:
+            for key in listing(*args):
+                yield key
+            return
+        keys = await self._run(lambda: iter(listing(*args)))
+        while batch := await self._run(_take, keys, _LIST_BATCH):
+            for key in batch:
+                yield key
+
+
+def _take(iterator: Any, count: int) -> list[str]:
+    batch = []
+    for key in iterator:
+        batch.append(key)
+        if len(batch) == count:
+            break
+    return batch
+
+
+def _read(store: Store, key: str) -> bytes | None:
+    try:
+        return store[key]
+    except KeyError:
+        return None
+    except InvalidKeyError:
+        if key:
+            raise
+        return None  # zarr asks for the root ("") at times: nothing is stored there
+
+
+def _read_range(store: Store, key: str, start: int, length: int | None) -> bytes | None:
+    try:
+        return store.get_range(key, start, length)
+    except KeyError:
+        return None
+
+
+def _read_all(
+    store: Store, requests: list[tuple[str, tuple[int, int | None] | None]]
+) -> list[bytes | None]:
+    return [_read(store, key) if span is None else _read_range(store, key, *span)
+            for key, span in requests]
+
+
+def _set_if_missing(store: Store, key: str, value: Any) -> None:
+    if key not in store:
+        store[key] = value
+
+
+def _key_size(store: Store, key: str) -> int:
+    if key not in store:
+        raise FileNotFoundError(key)
+    return store.getsize(key)
+
+
+def _unpickle(cls: type[ZarrStore], state: tuple[Any, ...], read_only: bool) -> ZarrStore:
+    # The unpickled store is a handle of its own: the adapter closes it.
+    return cls(unpickled_store(state), read_only=read_only, owns_store=True)
