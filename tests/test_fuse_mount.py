@@ -210,3 +210,18 @@ def test_mounted_unmounts_when_the_body_fails_even_if_busy(mountpoint: Path) -> 
 def test_unmount_of_something_not_mounted_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(zfuse.MountError, match="not mounted"):
         zfuse.unmount(tmp_path)
+
+
+def test_an_unmounted_in_process_mount_leaves_sigpipe_ignored(mountpoint: Path) -> None:
+    # libfuse resets SIGPIPE to its default (kill the process) when it lets go
+    # of its signals; Python ignores it, so a write to a closed pipe must still
+    # raise BrokenPipeError here rather than end the test process.
+    with zfuse.mounted(MemoryStore(), mountpoint):
+        pass
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        with pytest.raises(BrokenPipeError):
+            os.write(write_end, b"x")
+    finally:
+        os.close(write_end)

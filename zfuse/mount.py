@@ -10,10 +10,12 @@ in a daemon process instead (``zfuse.cli``).
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -184,7 +186,6 @@ def _fuse_class() -> type:
     * Directory entries go to libfuse's filler with only what the kernel
       keeps of them (type and inode), without mfusepy's generic per-entry checks.
     """
-    import ctypes
 
     import mfusepy
 
@@ -391,7 +392,10 @@ def mount(
                            allow_other=allow_other, fsname=fsname, extra=fuse_options_extra)
 
     def serve() -> None:
-        _fuse_class()(operations, path, raw_fi=True, foreground=True, **options)
+        try:
+            _fuse_class()(operations, path, raw_fi=True, foreground=True, **options)
+        finally:
+            _restore_sigpipe()
 
     if foreground:
         try:
@@ -412,6 +416,22 @@ def mount(
     thread.start()
     _wait_until_answering(path, operations, thread, errors)
     return Mount(path, operations, thread, errors)
+
+
+def _restore_sigpipe() -> None:
+    """Ignore SIGPIPE again, as Python does, after libfuse has let go of its signals.
+
+    libfuse ignores SIGPIPE while it serves and on exit sets it to the
+    default action, which kills the process; Python had it ignored, so that a
+    write to a closed pipe raises BrokenPipeError instead.  ``signal.signal``
+    works only in the main thread, and a mount may run in another, hence libc.
+    """
+    if signal.getsignal(signal.SIGPIPE) != signal.SIG_IGN:
+        return  # the program chose its own SIGPIPE handling: leave it alone
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal(signal.SIGPIPE, int(signal.SIG_IGN))
 
 
 def _wait_until_answering(path: str, operations: StoreOperations, thread: threading.Thread,
