@@ -59,7 +59,7 @@ from .sync import (
     ThreadSynchronizer,
     synchronized,
 )
-from .urls import open_store
+from .urls import StoreURLError, open_store
 
 __version__ = "0.1.0"
 
@@ -90,6 +90,7 @@ __all__ = [
     "StoreExistsError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StoreURLError",
     "SynchronizedArray",
     "ThreadSynchronizer",
     "UnsupportedOperationError",
