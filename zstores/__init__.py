@@ -64,6 +64,7 @@ from .urls import StoreURLError, open_store
 __version__ = "0.1.0"
 
 __all__ = [
+    "MODES",
     "ContainsArrayError",
     "ContainsGroupError",
     "DBMStore",
@@ -75,7 +76,6 @@ __all__ = [
     "LockOrderError",
     "LockTimeoutError",
     "LockUnsupportedError",
-    "MODES",
     "MemoryStore",
     "MongoDBStore",
     "NestedDirectoryStore",
