@@ -309,7 +309,7 @@ def test_redact_url():
     assert redact_url("rediss://user:pw@h/0") == "rediss://user:***@h/0"
     assert redact_url("redis://user@h/0") == "redis://user@h/0"
     assert redact_url("redis://h/0?password=pw&socket_timeout=1") == (
-        "redis://h/0?password=%2A%2A%2A&socket_timeout=1")
+        "redis://h/0?password=***&socket_timeout=1")
     assert redact_url("unix:///tmp/r.sock?db=2") == "unix:///tmp/r.sock?db=2"
 
 

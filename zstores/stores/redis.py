@@ -1,6 +1,6 @@
 """RedisStore: each key a Redis string named ``prefix + ":" + key``.
 
-Also home of the helpers both network stores share (``redact_url``,
+Also home of the helpers both network stores share (``redact_url``, from urls.py,
 ``network_errors_as``, ``check_utf8_key``); they import nothing from a
 driver, so ``zstores.stores.mongodb`` can use them without redis installed.
 """
@@ -11,10 +11,11 @@ import functools
 import re
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from ..base import Buffer, Mode, Store, _reopen
 from ..errors import InvalidKeyError, StoreConnectionError
+from ..urls import redact_url
 
 __all__ = [
     "RedisStore",
@@ -60,27 +61,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 # --------------------------------------------------- shared network helpers
-def redact_url(url: str) -> str:
-    """``url`` with any password (in the user part or a query option) shown as ``***``.
-
-    Examples
-    --------
-    >>> redact_url("rediss://user:secret@host:6380/0?password=x&db=1")
-    'rediss://user:***@host:6380/0?password=%2A%2A%2A&db=1'
-    """
-    parts = urlsplit(url)
-    redacted = url
-    if parts.password is not None:
-        userinfo = parts.netloc.rpartition("@")[0]
-        user = userinfo.split(":", 1)[0]
-        redacted = redacted.replace(userinfo + "@", f"{user}:***@", 1)
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    if any(name.lower() == "password" for name, _ in pairs):
-        query = urlencode([(n, "***" if n.lower() == "password" else v) for n, v in pairs])
-        redacted = redacted.replace("?" + parts.query, "?" + query, 1)
-    return redacted
-
-
 def secrets_of(url: str) -> list[str]:
     """The passwords a URL carries, to scrub from error messages."""
     parts = urlsplit(url)
