@@ -124,10 +124,12 @@ def test_close_closes_every_threads_connection(tmp_path):
     store["k"] = b"v"
     connections: list[sqlite3.Connection] = []
     release = threading.Event()
+    one_at_a_time = threading.Lock()  # the read-modify-write below is not atomic by itself
 
     def use() -> None:
         try:
-            store["k"] = store["k"] + b"!"
+            with one_at_a_time:
+                store["k"] = store["k"] + b"!"
         finally:
             connections.append(store._db())
         release.wait(30)

@@ -121,6 +121,18 @@ class OpenFile:
             if handle in self.writers:
                 self.writers.remove(handle)
 
+    def superseded_by(self, handle: Handle) -> None:
+        """Drop the buffers of clean handles that ``handle``'s commit made stale.
+
+        Without this, a handle whose release arrives late (the kernel sends
+        ``release`` after ``close`` returns) would show its old buffer again
+        once a later writer is forgotten.  Call with ``lock`` held.
+        """
+        for other in list(self.writers):
+            if other is not handle and not other.dirty:
+                other.buffer = None
+                self.writers.remove(other)
+
     def commit_all(self, store: Store) -> bool:
         """Commit every writer's buffer, least recent first (the latest wins)."""
         committed = False
@@ -250,6 +262,7 @@ class Handle:
             self.dirty = False
             file.created = False
             file.whole = None
+            file.superseded_by(self)
             return True
 
     # ------------------------------------------------------------ reading
