@@ -1,0 +1,133 @@
+"""The ``zstores`` command: look into, copy, check and repair stores from the shell.
+
+::
+
+    zstores ls URL [PATH] [-r] [--json]
+    zstores info URL [PATH] [--json]
+    zstores du URL [PATH] [--bytes] [--json]
+    zstores cp SRC DST [PATH] [--jobs N] [--if-exists skip|overwrite|error]
+    zstores verify URL [PATH] [--jobs N] [--json]
+    zstores rm URL PATH
+    zstores consolidate URL
+    zstores migrate URL
+
+Every subcommand takes a store URL as ``zstores.open_store`` does (a plain
+path picks the backend by its ending).  Exit status: 0 all well, 1 problems
+found or the operation failed, 2 usage error, 130 interrupted (Ctrl-C).
+Errors are one line on stderr; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import NoReturn
+
+from . import consolidate, cp, du, info, ls, migrate, rm, verify
+from ._output import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_USAGE, CommandError, one_line
+
+__all__ = ["main"]
+
+_COMMANDS = (ls, info, du, cp, verify, rm, consolidate, migrate)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} "
+                              f"(see {self.prog} --help)\n")
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a subcommand that is not given --debug keeps the top-level value
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of an error")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the whole command, every subcommand included."""
+    parser = _Parser(
+        prog="zstores",
+        description="Look into, copy, check and repair Zarr stores of any zstores backend "
+        "(folder, zip, dbm, lmdb, sqlite, redis, mongodb ...), chosen by URL or path.",
+        epilog="Example:\n  zstores ls data.zip -r\n  zstores cp data.zip sqlite:///tmp/d.sqlite"
+        "\n\nExit status: 0 ok, 1 problems found, 2 usage error, 130 interrupted.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_Parser)
+    common = _common_options()
+    for module in _COMMANDS:
+        module.add_parser(commands, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``zstores`` command with ``argv`` (``sys.argv[1:]`` by default).
+
+    Returns
+    -------
+    int
+        The exit status: 0 ok, 1 problems found, 2 usage error, 130 interrupted.
+
+    Examples
+    --------
+    >>> import tempfile, zstores
+    >>> path = tempfile.mkdtemp()
+    >>> zstores.init_array(zstores.open_store(path), shape=(4, 4), chunks=(2, 2), dtype="i2")
+    >>> main(["ls", path])
+    /  (4, 4) int16
+    0
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        return _fail(args, "stopped by Ctrl-C", EXIT_INTERRUPTED)
+    except CommandError as error:
+        return _fail(args, str(error), error.exit_code)
+    except BrokenPipeError:
+        return _stdout_closed()
+    except Exception as error:  # noqa: BLE001 - one line per error, not a traceback
+        return _fail(args, _describe(error), _exit_code(error))
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, KeyError) and error.args:
+        return f"no key {error.args[0]!r}"
+    from ..errors import ZStoresError
+
+    text = str(error)
+    if isinstance(error, ZStoresError | OSError) and text:
+        return text
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _exit_code(error: BaseException) -> int:
+    from ..errors import InvalidKeyError
+    from ..urls import StoreURLError
+
+    return EXIT_USAGE if isinstance(error, StoreURLError | InvalidKeyError) else EXIT_PROBLEMS
+
+
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
+    if getattr(args, "debug", False):
+        traceback.print_exc()
+    label = "interrupted" if code == EXIT_INTERRUPTED else "error"
+    print(f"zstores {args.command}: {label}: {one_line(message)}", file=sys.stderr, flush=True)
+    return code
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away (``zstores ls -r URL | head``): stop quietly."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail
+    return EXIT_PROBLEMS

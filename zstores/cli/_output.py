@@ -1,0 +1,146 @@
+"""What every subcommand shares: failures and exit codes, sizes, JSON, progress bars.
+
+Exit codes: 0 when all is well, 1 when a problem was found (or an operation
+failed), 2 for a usage error, 130 after Ctrl-C (SIGINT).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_PROBLEMS",
+    "EXIT_USAGE",
+    "CommandError",
+    "Interrupted",
+    "UsageError",
+    "human_size",
+    "one_line",
+    "plural",
+    "print_json",
+    "progress_bar",
+    "progress_wanted",
+]
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+
+class CommandError(Exception):
+    """A one-line reason to stop with exit status 1."""
+
+    exit_code = EXIT_PROBLEMS
+
+
+class UsageError(CommandError):
+    """The command line asks for something impossible (exit status 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+class Interrupted(CommandError):
+    """Ctrl-C stopped the command cleanly; the message says what was done."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks joined by ``"; "``: every error is one line.
+
+    Examples
+    --------
+    >>> one_line("first\\n  second\\n")
+    'first; second'
+    """
+    parts = [part.strip() for part in str(text).splitlines()]
+    return "; ".join(part for part in parts if part)
+
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_size(size: int) -> str:
+    """A byte count the way people read it (powers of 1024).
+
+    Examples
+    --------
+    >>> human_size(325), human_size(800_000_000)
+    ('325 B', '762.9 MiB')
+    """
+    value = float(size)
+    for unit in _UNITS:
+        if abs(value) < 1024 or unit == _UNITS[-1]:
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def plural(count: int, noun: str) -> str:
+    """``"1 key"``, ``"2 keys"``, with thousands separators.
+
+    Examples
+    --------
+    >>> plural(1, "key"), plural(12000, "chunk")
+    ('1 key', '12,000 chunks')
+    """
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def print_json(document: Any) -> None:
+    """Write ``document`` to stdout as indented JSON (the ``--json`` output)."""
+    json.dump(document, sys.stdout, indent=2, sort_keys=False, default=_json_default)
+    sys.stdout.write("\n")
+
+
+def _json_default(value: Any) -> Any:
+    """numpy scalars and tuples-as-arrays for the ``--json`` output."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"cannot write a {type(value).__name__} as JSON")
+
+
+class _NoBar:
+    """Stands in for a tqdm bar when progress is not shown."""
+
+    def update(self, count: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress_wanted(flag: bool | None) -> bool:
+    """``--progress`` (True) or ``--no-progress`` (False); by default, if stderr is a terminal."""
+    return sys.stderr.isatty() if flag is None else flag
+
+
+def progress_bar(wanted: bool, total: int | None, desc: str, unit: str,
+                 *, position: int = 0, scale: bool = False) -> Any:
+    """A tqdm bar on stderr, or a stand-in that shows nothing.
+
+    Parameters
+    ----------
+    wanted : bool
+        Whether to show it (see ``progress_wanted``).
+    total : int or None
+        The count the bar fills up to; ``None`` when unknown.
+    desc, unit : str
+        The label before the bar and the unit of the count.
+    position : int
+        The line of the bar when several are shown together.
+    scale : bool
+        Show the count in k/M/G (for bytes).
+    """
+    if not wanted:
+        return _NoBar()
+    from tqdm import tqdm  # imported only when a bar is shown: keeps start-up fast
+
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=scale,
+                unit_divisor=1024 if scale else 1000, position=position,
+                leave=False, file=sys.stderr, dynamic_ncols=True)

@@ -1,0 +1,172 @@
+"""``zstores info URL [PATH]``: an array's layout and storage (as zarr-python's ``.info``), or a group's members."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..base import Store
+from ._common import add_path, add_url, open_url, path_argument, shown, subcommand
+from ._output import EXIT_OK, EXIT_PROBLEMS, CommandError, human_size, print_json
+from ._tree import Node, children, keys_under, read_nodes
+
+__all__ = ["add_parser", "array_report", "count_chunks", "is_nested", "run"]
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = subcommand(
+        commands, "info", common, help="describe an array or a group",
+        description="For an array: type, dtype, shape, chunk shape, order, compressor, "
+        "filters, bytes, bytes stored, storage ratio and chunks initialized, as zarr-python's "
+        "Array.info shows them.  For a group: its members.  Exit status 1 if the metadata "
+        "cannot be read.",
+        examples=["zstores info data.zip temperature", "zstores info lmdb:///data/run1.lmdb",
+                  "zstores info data.sqlite temperature --json"],
+    )
+    add_url(parser)
+    add_path(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    path = path_argument(args.path)
+    with open_url(args.url, "r") as store:
+        [node] = read_nodes(store, [path])
+        if node.problem:
+            raise CommandError(f"{node.path or '/'}: unreadable {node.kind} metadata: "
+                               f"{node.problem}")
+        if node.kind == "array":
+            report = array_report(store, node)
+        elif node.kind == "group" or not path or store.listdir(path):
+            report = _group_report(store, node)
+        else:
+            raise CommandError(f"nothing at {path!r} in {shown(args.url)}")
+    if args.json:
+        print_json(report)
+    else:
+        _print_report(report)
+    return EXIT_PROBLEMS if report.get("problems") else EXIT_OK
+
+
+def is_nested(store: Store) -> bool:
+    """Whether the store lists dotted chunk keys with ``/`` (NestedDirectoryStore)."""
+    from ..stores.directory import NestedDirectoryStore
+
+    return isinstance(store, NestedDirectoryStore)
+
+
+def count_chunks(store: Store, node: Node) -> int:
+    """How many keys under the array name a chunk of its grid."""
+    assert node.array is not None
+    prefix_length = len(node.path) + 1 if node.path else 0
+    nested = is_nested(store)
+    return sum(1 for key in keys_under(store, node.path)
+               if node.array.is_chunk_key(key[prefix_length:], nested))
+
+
+def _codec_text(config: dict[str, Any] | None) -> str:
+    if config is None:
+        return "None"
+    import numcodecs
+
+    return repr(numcodecs.get_codec(dict(config)))
+
+
+def _v3_codec_text(codec: Any) -> str:
+    if not isinstance(codec, dict):
+        return str(codec)
+    options = ", ".join(f"{k}={v!r}" for k, v in (codec.get("configuration") or {}).items())
+    return f"{codec.get('name')}({options})"
+
+
+def array_report(store: Store, node: Node) -> dict[str, Any]:
+    """The facts ``info`` shows for an array, keyed by their JSON names."""
+    array = node.array
+    assert array is not None
+    stored = store.getsize(node.path)
+    report: dict[str, Any] = {
+        "name": "/" + node.path,
+        "type": f"zarr v{array.zarr_format} array",
+        "data_type": str(array.dtype),
+        "shape": list(array.shape),
+        "chunk_shape": list(array.chunks),
+        "order": array.order,
+    }
+    if array.zarr_format == 2:  # codec configs in JSON, shown as numcodecs shows codecs
+        report["compressor"] = array.compressor
+        if array.filters:
+            report["filters"] = array.filters
+    else:
+        report["codecs"] = array.codecs
+    report["fill_value"] = array.fill_value
+    report["store_type"] = type(store).__name__
+    if array.itemsize:
+        report["nbytes"] = array.nbytes
+    report["nbytes_stored"] = stored
+    if array.itemsize and stored:
+        report["storage_ratio"] = round(array.nbytes / stored, 1)
+    report["chunks_initialized"] = count_chunks(store, node)
+    report["nchunks"] = array.nchunks
+    return report
+
+
+def _group_report(store: Store, node: Node) -> dict[str, Any]:
+    members = children(store, node.path)
+    arrays = [m.name for m in members if m.kind == "array"]
+    groups = [m.name for m in members if m.kind == "group"]
+    kind = f"zarr v{node.zarr_format} group" if node.kind == "group" else "no zarr metadata"
+    report: dict[str, Any] = {
+        "name": "/" + node.path,
+        "type": kind,
+        "store_type": type(store).__name__,
+        "members": len(arrays) + len(groups),
+        "arrays": arrays,
+        "groups": groups,
+    }
+    problems = [f"{m.path}: {m.problem}" for m in members if m.problem]
+    if problems:
+        report["problems"] = problems
+    return report
+
+
+_LABELS = {
+    "name": "Name", "type": "Type", "data_type": "Data type", "shape": "Shape",
+    "chunk_shape": "Chunk shape", "order": "Order", "compressor": "Compressor",
+    "filters": "Filters", "codecs": "Codecs", "fill_value": "Fill value",
+    "store_type": "Store type", "nbytes": "No. bytes", "nbytes_stored": "No. bytes stored",
+    "storage_ratio": "Storage ratio", "chunks_initialized": "Chunks initialized",
+    "members": "No. members", "arrays": "Arrays", "groups": "Groups",
+    "problems": "Problems",
+}
+
+
+def _value_text(name: str, value: Any, report: dict[str, Any]) -> str:
+    if name in ("shape", "chunk_shape"):
+        return str(tuple(value))
+    if name in ("nbytes", "nbytes_stored"):
+        return f"{value} ({human_size(value)})" if value >= 1024 else str(value)
+    if name == "chunks_initialized":
+        return f"{value}/{report['nchunks']}"
+    if name == "compressor":
+        return _codec_text(value)
+    if name == "filters":
+        return ", ".join(_codec_text(config) for config in value)
+    if name == "codecs":
+        return ", ".join(_v3_codec_text(codec) for codec in value)
+    if name in ("arrays", "groups", "problems"):
+        return ", ".join(value)
+    return str(value)
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    rows = []
+    for name, value in report.items():
+        if name not in _LABELS:
+            continue
+        if name == "arrays":  # a group: the counts zarr-python shows before the names
+            rows += [("No. arrays", str(len(value))), ("No. groups", str(len(report["groups"])))]
+        rows.append((_LABELS[name], _value_text(name, value, report)))
+    width = max(len(label) for label, _ in rows)
+    for label, text in rows:
+        print(f"{label.ljust(width)} : {text}")

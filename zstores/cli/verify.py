@@ -1,0 +1,465 @@
+"""``zstores verify URL [PATH]``: decode every chunk and check every key and document.
+
+What counts as a problem (exit status 1):
+
+- a chunk that fails to decode with its array's compressor and filters, or
+  decodes to another size than the array's chunk shape and dtype give;
+- a key that belongs to no array (outside every array, or below an array
+  without being a chunk of its grid);
+- a metadata document that breaks the Zarr storage specification v2, an
+  array or group nested inside an array, ``.zattrs`` of no node, and a
+  ``.zmetadata`` that no longer matches the documents it gathered.
+
+A missing chunk is no problem: the specification reads it as the fill
+value.  Such chunks are counted in the report.  Zarr v3 arrays are
+recognised and their keys counted, but their chunks are not decoded.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..base import Store
+from ..keys import prefix_of
+from ._common import (
+    Pool,
+    add_jobs,
+    add_path,
+    add_progress,
+    add_url,
+    batches,
+    open_url,
+    path_argument,
+    shown,
+    subcommand,
+)
+from ._meta import (
+    ARRAY_V2,
+    ATTRS_V2,
+    CONSOLIDATED_V2,
+    GROUP_V2,
+    METADATA_NAMES,
+    NODE_V3,
+    Array,
+    BadMetadata,
+    check_array_v2,
+    check_consolidated,
+    check_group_v2,
+    load_json,
+)
+from ._output import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    CommandError,
+    Interrupted,
+    human_size,
+    plural,
+    print_json,
+    progress_bar,
+    progress_wanted,
+)
+from ._tree import keys_under
+from .info import is_nested
+
+__all__ = ["add_parser", "chunk_problem", "run"]
+
+BATCH_CHUNKS = 16  # chunks per getitems round trip
+_BLOSC_HEADER = 16
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = subcommand(
+        commands, "verify", common, help="decode every chunk; report damage and stray keys",
+        description="Decode every chunk of every array under PATH (the whole store by "
+        "default) with its compressor and filters, in parallel, and report chunks that fail "
+        "to decode or decode to the wrong size, keys that belong to no array, and metadata "
+        "that breaks the Zarr v2 specification (or a stale .zmetadata).  Missing chunks are "
+        "fine (they read as the fill value) and are counted.  Exit status 1 if anything is "
+        "wrong.",
+        examples=["zstores verify data.zip", "zstores verify sqlite:///data/run1.sqlite "
+                  "temperature --jobs 4", "zstores verify data.lmdb --json"],
+    )
+    add_url(parser)
+    add_path(parser)
+    add_jobs(parser)
+    add_progress(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser.set_defaults(run=run)
+
+
+# ------------------------------------------------------------------ findings
+@dataclass
+class Problem:
+    key: str
+    kind: str  # decode_error, wrong_size, stray_key, bad_metadata, stale_consolidated
+    message: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"key": self.key, "kind": self.kind, "message": self.message}
+
+
+@dataclass
+class _ArrayState:
+    """One array and what verify found for it."""
+
+    path: str
+    zarr_format: int
+    array: Array | None  # None when its metadata is unusable
+    found: int = 0  # keys that are chunks of its grid
+    ok: int = 0
+    bad: int = 0
+    vanished: int = 0  # listed, then gone when read
+
+    def as_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"path": self.path, "zarr_format": self.zarr_format,
+                                    "decoded": self.decodes}
+        if self.array is not None:
+            document.update(nchunks=self.array.nchunks, chunks_missing=self.missing)
+        document.update(chunks_found=self.found, chunks_ok=self.ok, chunks_bad=self.bad)
+        return document
+
+    @property
+    def decodes(self) -> bool:
+        return self.array is not None and self.zarr_format == 2
+
+    @property
+    def missing(self) -> int:
+        return self.array.nchunks - self.found + self.vanished if self.array else 0
+
+
+@dataclass
+class _Findings:
+    arrays: dict[str, _ArrayState] = field(default_factory=dict)
+    groups: set[str] = field(default_factory=set)
+    problems: list[Problem] = field(default_factory=list)
+    chunks: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    bytes_read: int = 0
+
+    def problem(self, key: str, kind: str, message: str) -> None:
+        self.problems.append(Problem(key, kind, message))
+
+
+# ----------------------------------------------------------------- metadata
+def _parent(key: str) -> str:
+    return key.rpartition("/")[0]
+
+
+def _read_metadata(store: Store, keys: list[str], findings: _Findings) -> dict[str, Any]:
+    """Decoded metadata documents by key; undecodable ones become problems."""
+    documents = {}
+    for batch in batches(keys, 256):
+        for key, value in store.getitems(batch).items():
+            try:
+                documents[key] = load_json(value)
+            except BadMetadata as error:
+                findings.problem(key, "bad_metadata", f"breaks the spec: {error}")
+    return documents
+
+
+def _classify_nodes(documents: dict[str, Any], findings: _Findings) -> None:
+    for key, meta in sorted(documents.items()):
+        path, name = _parent(key), key.rpartition("/")[2]
+        if name == ARRAY_V2:
+            problems = check_array_v2(meta)
+            for problem in problems:
+                findings.problem(key, "bad_metadata", f"breaks the spec: {problem}")
+            array = None if problems else Array.from_v2(path, meta)
+            findings.arrays[path] = _ArrayState(path, 2, array)
+        elif name == GROUP_V2:
+            for problem in check_group_v2(meta):
+                findings.problem(key, "bad_metadata", f"breaks the spec: {problem}")
+            findings.groups.add(path)
+        elif name == NODE_V3:
+            _classify_v3(key, path, meta, findings)
+    for path in sorted(findings.groups & set(findings.arrays)):
+        findings.problem(prefix_of(path) + GROUP_V2, "bad_metadata",
+                         f"{path or '/'} is both an array and a group")
+
+
+def _classify_v3(key: str, path: str, meta: Any, findings: _Findings) -> None:
+    kind = meta.get("node_type") if isinstance(meta, dict) else None
+    if kind == "group":
+        findings.groups.add(path)
+        return
+    try:
+        if kind != "array":
+            raise BadMetadata(f"'node_type' is {kind!r}, not 'array' or 'group'")
+        findings.arrays[path] = _ArrayState(path, 3, Array.from_v3(path, meta))
+    except BadMetadata as error:
+        findings.problem(key, "bad_metadata", f"breaks the spec (v3): {error}")
+        findings.arrays[path] = _ArrayState(path, 3, None)
+
+
+def _owning_array(key: str, arrays: dict[str, Any]) -> str | None:
+    """The deepest array whose prefix holds ``key``, or ``None``."""
+    path = _parent(key)
+    while True:
+        if path in arrays:
+            return path
+        if not path:
+            return None
+        path = _parent(path)
+
+
+def _check_nesting(documents: dict[str, Any], findings: _Findings) -> None:
+    for key in sorted(documents):
+        path, name = _parent(key), key.rpartition("/")[2]
+        if name == ATTRS_V2 and path not in findings.arrays and path not in findings.groups:
+            findings.problem(key, "stray_key", "attributes of no array or group")
+        if name in (ARRAY_V2, GROUP_V2, NODE_V3) and path:
+            owner = _owning_array(path + "/x", {p: a for p, a in findings.arrays.items()
+                                                if p != path})
+            if owner is not None and owner != path:
+                findings.problem(key, "bad_metadata",
+                                 f"a node inside the array {owner or '/'} (arrays have no "
+                                 "children)")
+
+
+def _check_consolidated(documents: dict[str, Any], findings: _Findings) -> None:
+    for key, meta in sorted(documents.items()):
+        if key.rpartition("/")[2] != CONSOLIDATED_V2:
+            continue
+        problems = check_consolidated(meta)
+        for problem in problems:
+            findings.problem(key, "bad_metadata", f"breaks the consolidated format: {problem}")
+        if not problems:
+            _compare_consolidated(key, meta["metadata"], documents, findings)
+
+
+def _compare_consolidated(key: str, listed: dict[str, Any], documents: dict[str, Any],
+                          findings: _Findings) -> None:
+    base = prefix_of(_parent(key))
+    actual = {k[len(base):]: doc for k, doc in documents.items() if k.startswith(base)
+              and k.rpartition("/")[2] in (ARRAY_V2, GROUP_V2, ATTRS_V2)}
+    differ = sorted(k for k in listed.keys() & actual.keys() if listed[k] != actual[k])
+    unlisted = sorted(actual.keys() - listed.keys())
+    gone = sorted(listed.keys() - actual.keys())
+    parts = [f"{len(keys)} {what} (first: {keys[0]})" for keys, what in
+             ((differ, "differ"), (unlisted, "not in it"), (gone, "listed but gone")) if keys]
+    if parts:
+        findings.problem(key, "stale_consolidated",
+                         "stale: documents " + ", ".join(parts) + "; run zstores consolidate")
+
+
+# ------------------------------------------------------------------- chunks
+def _assign_keys(store: Store, keys: list[str], findings: _Findings) -> None:
+    nested = is_nested(store)
+    for key in keys:
+        if key.rpartition("/")[2] in METADATA_NAMES:
+            continue
+        owner = _owning_array(key, findings.arrays)
+        if owner is None:
+            findings.problem(key, "stray_key", "belongs to no array")
+            continue
+        state = findings.arrays[owner]
+        if state.array is None:
+            continue  # its metadata is reported; its keys cannot be judged
+        relative = key[len(prefix_of(owner)):]
+        if not state.array.is_chunk_key(relative, nested):
+            findings.problem(key, "stray_key", f"is no chunk of the array {owner or '/'} "
+                             f"(grid {state.array.grid}, separator "
+                             f"{state.array.separator!r})")
+            continue
+        state.found += 1
+        if state.decodes:
+            findings.chunks[owner].append(key)
+
+
+def chunk_problem(raw: bytes, array: Array, codecs: tuple[Any, list[Any]]) -> tuple[str, str] | None:
+    """``(kind, message)`` if a stored chunk is damaged, ``None`` if it decodes fully.
+
+    Examples
+    --------
+    >>> import numcodecs, numpy as np
+    >>> array = Array("x", 2, (8,), (4,), np.dtype("<i4"), compressor={"id": "zlib"})
+    >>> codecs = (numcodecs.Zlib(), [])
+    >>> good = numcodecs.Zlib().encode(np.arange(4, dtype="<i4"))
+    >>> chunk_problem(good, array, codecs) is None
+    True
+    >>> chunk_problem(numcodecs.Zlib().encode(b"abc"), array, codecs)
+    ('wrong_size', 'decodes to 3 bytes; a chunk of shape (4,) and dtype int32 is 16')
+    """
+    from numcodecs.compat import ensure_ndarray_like
+
+    compressor, filters = codecs
+    if array.compressor and array.compressor.get("id") == "blosc":
+        problem = _blosc_header_problem(raw)
+        if problem:
+            return "decode_error", problem
+    try:
+        data = compressor.decode(raw) if compressor is not None else raw
+        for codec in reversed(filters):
+            data = codec.decode(data)
+        decoded = ensure_ndarray_like(data)
+    except Exception as error:  # noqa: BLE001 - any codec failure is the finding
+        return "decode_error", f"fails to decode: {type(error).__name__}: {error}"
+    if array.dtype.hasobject:
+        if decoded.size != array.chunk_items:
+            return "wrong_size", (f"decodes to {decoded.size} items; a chunk of shape "
+                                  f"{array.chunks} holds {array.chunk_items}")
+    elif decoded.nbytes != array.chunk_nbytes:
+        return "wrong_size", (f"decodes to {decoded.nbytes} bytes; a chunk of shape "
+                              f"{array.chunks} and dtype {array.dtype} is {array.chunk_nbytes}")
+    return None
+
+
+def _blosc_header_problem(raw: bytes) -> str | None:
+    """Blosc's own header says how long the value must be: check before decoding."""
+    if len(raw) < _BLOSC_HEADER:
+        return f"fails to decode: {len(raw)} bytes, shorter than a blosc header"
+    stated = int.from_bytes(bytes(raw[12:16]), "little")
+    if stated != len(raw):
+        return (f"fails to decode: the value is {len(raw)} bytes but its blosc header says "
+                f"{stated} (cut short, or overwritten)")
+    return None
+
+
+def _codecs(array: Array) -> tuple[Any, list[Any]]:
+    """Fresh codec objects (one set per task: codecs keep state)."""
+    import numcodecs
+
+    compressor = numcodecs.get_codec(dict(array.compressor)) if array.compressor else None
+    return compressor, [numcodecs.get_codec(dict(c)) for c in array.filters or []]
+
+
+@dataclass
+class _Batch:
+    path: str
+    keys: list[str]
+
+
+@dataclass
+class _Decoded:
+    path: str
+    checked: int = 0
+    ok: int = 0
+    vanished: int = 0
+    nbytes: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _decode_batch(store: Store, findings: _Findings, pool: Pool, batch: _Batch) -> _Decoded:
+    result = _Decoded(batch.path)
+    if pool.stop.is_set():
+        return result
+    array = findings.arrays[batch.path].array
+    assert array is not None
+    codecs = _codecs(array)
+    values = store.getitems(batch.keys)
+    result.vanished = len(batch.keys) - len(values)
+    for key, raw in values.items():
+        result.checked += 1
+        result.nbytes += len(raw)
+        found = chunk_problem(raw, array, codecs)
+        if found is None:
+            result.ok += 1
+        else:
+            result.problems.append(Problem(key, *found))
+    return result
+
+
+def _decode_all(args: argparse.Namespace, store: Store, findings: _Findings) -> None:
+    work = [_Batch(path, batch) for path, keys in sorted(findings.chunks.items())
+            for batch in batches(keys, BATCH_CHUNKS)]
+    total = sum(len(b.keys) for b in work)
+    show = progress_wanted(args.progress)
+    chunk_bar = progress_bar(show, total, "chunks", "chunk")
+    byte_bar = progress_bar(show, None, "read", "B", position=1, scale=True)
+    decoded = 0
+    try:
+        with Pool(args.jobs) as pool:
+            for result in pool.map(lambda b: _decode_batch(store, findings, pool, b), work):
+                state = findings.arrays[result.path]
+                state.ok += result.ok
+                state.bad += len(result.problems)
+                state.vanished += result.vanished
+                findings.problems += result.problems
+                findings.bytes_read += result.nbytes
+                decoded += result.checked + result.vanished
+                chunk_bar.update(result.checked + result.vanished)
+                byte_bar.update(result.nbytes)
+    except KeyboardInterrupt:
+        raise Interrupted(f"decoded {decoded:,} of {plural(total, 'chunk')} before Ctrl-C; "
+                          "nothing was changed") from None
+    finally:
+        byte_bar.close()
+        chunk_bar.close()
+
+
+# ---------------------------------------------------------------------- run
+def run(args: argparse.Namespace) -> int:
+    path = path_argument(args.path)
+    findings = _Findings()
+    with open_url(args.url, "r") as store:
+        _refuse_inside_array(store, path)
+        keys = keys_under(store, path)
+        if path and not keys:
+            raise CommandError(f"nothing under {path!r} in {shown(args.url)}")
+        metadata_keys = [k for k in keys if k.rpartition("/")[2] in METADATA_NAMES]
+        documents = _read_metadata(store, metadata_keys, findings)
+        _classify_nodes(documents, findings)
+        _check_nesting(documents, findings)
+        _check_consolidated(documents, findings)
+        _assign_keys(store, keys, findings)
+        _decode_all(args, store, findings)
+    findings.problems.sort(key=lambda p: p.key)
+    if args.json:
+        print_json(_json_report(path, findings))
+    else:
+        _print_report(findings)
+    return EXIT_PROBLEMS if findings.problems else EXIT_OK
+
+
+def _refuse_inside_array(store: Store, path: str) -> None:
+    parts = path.split("/") if path else []
+    for depth in range(len(parts)):
+        above = "/".join(parts[:depth])
+        if prefix_of(above) + ARRAY_V2 in store:
+            raise CommandError(f"{path!r} lies inside the array {above or '/'}; "
+                               f"verify the array itself")
+
+
+def _totals(findings: _Findings) -> dict[str, int]:
+    decoding = [s for s in findings.arrays.values() if s.decodes]
+    return {
+        "arrays": len(findings.arrays),
+        "groups": len(findings.groups),
+        "chunks_checked": sum(s.ok + s.bad for s in decoding),
+        "chunks_ok": sum(s.ok for s in decoding),
+        "chunks_bad": sum(s.bad for s in decoding),
+        "chunks_missing": sum(s.missing for s in decoding),
+        "bytes_read": findings.bytes_read,
+    }
+
+
+def _json_report(path: str, findings: _Findings) -> dict[str, Any]:
+    return {
+        "ok": not findings.problems,
+        "path": path,
+        **_totals(findings),
+        "problems": [p.as_json() for p in findings.problems],
+        "array_details": [s.as_json() for _, s in sorted(findings.arrays.items())],
+    }
+
+
+def _print_report(findings: _Findings) -> None:
+    for problem in findings.problems:
+        print(f"{problem.key}: {problem.message}")
+    totals = _totals(findings)
+    skipped = [s for s in findings.arrays.values() if s.zarr_format == 3 and s.array]
+    if skipped:
+        print(f"not decoded: {plural(len(skipped), 'zarr v3 array')} "
+              f"({plural(sum(s.found for s in skipped), 'chunk')} found)")
+    summary = (f"checked {plural(totals['arrays'], 'array')} and "
+               f"{plural(totals['groups'], 'group')}: {totals['chunks_ok']:,} of "
+               f"{plural(totals['chunks_checked'], 'chunk')} decoded "
+               f"({human_size(totals['bytes_read'])} read)")
+    if totals["chunks_missing"]:
+        summary += (f", {plural(totals['chunks_missing'], 'chunk')} missing "
+                    "(read as the fill value)")
+    print(summary)
+    count = len(findings.problems)
+    print(f"{plural(count, 'problem')} found" if count else "no problems found")
