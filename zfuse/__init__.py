@@ -8,7 +8,7 @@ The ``zfuse`` command mounts a store URL in a daemon; from Python,
 >>> with zfuse.mounted(store, tempfile.mkdtemp()) as m:      # doctest: +SKIP
 ...     os.mkdir(f"{m}/group")
 ...     with open(f"{m}/group/.zgroup", "w") as f:
-...         f.write('{"zarr_format": 2}')
+...         _ = f.write('{"zarr_format": 2}')
 >>> store["group/.zgroup"]                                   # doctest: +SKIP
 b'{"zarr_format": 2}'
 

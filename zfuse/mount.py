@@ -379,7 +379,8 @@ def mount(
     >>> import tempfile, zstores                                  # doctest: +SKIP
     >>> store = zstores.MemoryStore()                             # doctest: +SKIP
     >>> m = mount(store, tempfile.mkdtemp(), foreground=False)    # doctest: +SKIP
-    >>> open(os.path.join(m, "a.txt"), "w").write("hi")           # doctest: +SKIP
+    >>> with open(os.path.join(m, "a.txt"), "w") as f:            # doctest: +SKIP
+    ...     _ = f.write("hi")
     >>> m.unmount(); store["a.txt"]                               # doctest: +SKIP
     b'hi'
     """

@@ -244,8 +244,14 @@ class SynchronizedArray:
 
         Examples
         --------
-        >>> with proxy.locked(np.s_[0:100]):  # doctest: +SKIP
+        >>> import tempfile, numpy as np, zarr, zstores
+        >>> array = zarr.create_array(zarr.storage.LocalStore(tempfile.mkdtemp()),
+        ...                           shape=(200,), chunks=(50,), dtype="i4", fill_value=0)
+        >>> proxy = zstores.synchronized(array, zstores.ThreadSynchronizer())
+        >>> with proxy.locked(np.s_[0:100]):   # the locks of chunks 0 and 1
         ...     proxy[0:100] = proxy[0:100] + 1
+        >>> int(proxy[99]), int(proxy[100])
+        (1, 0)
         """
         with self._holding(self._layout.keys(selection)):
             yield self
