@@ -60,6 +60,7 @@ from .sync import (
     synchronized,
 )
 from .urls import StoreURLError, open_store
+from .wrappers import LRUStoreCache, consolidate_metadata, open_consolidated
 
 __version__ = "0.1.0"
 
@@ -72,6 +73,7 @@ __all__ = [
     "InvalidKeyError",
     "KeyConflictError",
     "LMDBStore",
+    "LRUStoreCache",
     "LeaseExpiredError",
     "LockOrderError",
     "LockTimeoutError",
@@ -97,6 +99,7 @@ __all__ = [
     "ValueTooLargeError",
     "ZStoresError",
     "ZipStore",
+    "consolidate_metadata",
     "contains_array",
     "contains_group",
     "getsize",
@@ -105,6 +108,7 @@ __all__ = [
     "listdir",
     "migrate_1to2",
     "normalize_storage_path",
+    "open_consolidated",
     "open_store",
     "rename",
     "rmdir",
