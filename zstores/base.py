@@ -118,7 +118,7 @@ class Store(MutableMapping[str, bytes]):
 
     Parameters
     ----------
-    mode : {"r", "r+", "a", "w", "w-"}
+    mode : {"a", "r", "r+", "w", "w-"}
         ``"r"`` read-only, ``"r+"`` read-write on an existing store, ``"a"``
         read-write creating it if needed (default), ``"w"`` create and clear,
         ``"w-"`` create and fail if it exists.

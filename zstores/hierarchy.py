@@ -712,7 +712,7 @@ def init_array(
         Codecs applied before the compressor.
     object_codec : numcodecs.abc.Codec, optional
         Codec encoding the objects of an object array; stored as the first filter.
-    dimension_separator : {".", "/"}, optional
+    dimension_separator : {None, ".", "/"}, optional
         Separator in chunk keys; by default the store's ``_dimension_separator``
         if it has one, else left out of the metadata (meaning ``"."``).
 

@@ -423,7 +423,7 @@ def open_store(url: str | os.PathLike[str], *, mode: Mode = "a", **options: Any)
         ``.db``, else a folder).  Everything between ``scheme://`` and ``?``
         is the path, percent-decoded: ``lmdb:///abs/x.lmdb`` is absolute,
         ``lmdb://rel/x.lmdb`` relative to the working directory.
-    mode : {"r", "r+", "a", "w", "w-"}
+    mode : {"a", "r", "r+", "w", "w-"}
         The store's mode.
     **options
         Further constructor options as Python values; they may not repeat a

@@ -29,7 +29,7 @@ def zarr_store(store_or_url: Store | str | os.PathLike[str], *, mode: Mode = "a"
         A store, or a URL or path for ``zstores.open_store``.  A store opened
         here from a URL belongs to the adapter: closing the adapter closes it.
         A store passed in stays the caller's to close.
-    mode : {"r", "r+", "a", "w", "w-"}
+    mode : {"a", "r", "r+", "w", "w-"}
         The mode a URL is opened with.  ``"r"`` also makes the adapter
         read-only over a writable store; otherwise the adapter is read-only
         exactly when the store is.

@@ -33,7 +33,7 @@ class Zarr2Store(Adapter, BaseStore):
     read_only : bool or None
         Refuse writes with ``zstores.ReadOnlyError`` (a ``PermissionError``);
         ``None`` (default) follows the store.
-    dimension_separator : {".", "/", None}
+    dimension_separator : {None, ".", "/"}
         What zarr-python 2 records in new arrays' ``.zarray``.  A
         ``NestedDirectoryStore`` always uses ``"/"`` and refuses ``"."``, as
         zarr-python 2's own does.

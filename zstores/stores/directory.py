@@ -228,7 +228,7 @@ class DirectoryStore(Store):
         systems.
     fsync : bool
         Flush each value (and its folder entry) to disk before returning.
-    mode : {"r", "r+", "a", "w", "w-"}
+    mode : {"a", "r", "r+", "w", "w-"}
         ``"r"`` and ``"r+"`` need the root folder to exist (an empty folder is
         an empty store), else ``StoreNotFoundError``.  ``"a"``, ``"w"`` and
         ``"w-"`` create it; ``"w"`` then deletes everything in it; ``"w-"``

@@ -17,7 +17,7 @@ class MemoryStore(Store):
 
     Parameters
     ----------
-    mode : {"r", "r+", "a", "w", "w-"}
+    mode : {"a", "r", "r+", "w", "w-"}
         A new MemoryStore is always empty, so the modes differ only in that
         ``"r"`` refuses writes.
 

@@ -107,7 +107,7 @@ class MongoDBStore(Store):
     database, collection : str
         Where the documents live (zarr-python 2's defaults were
         ``"mongodb_zarr"`` and ``"zarr_collection"``).
-    mode : {"r", "r+", "a", "w", "w-"}
+    mode : {"a", "r", "r+", "w", "w-"}
         The store *exists* when its collection exists, empty or not (a
         writable store creates it with its index when opened): ``"r"`` and
         ``"r+"`` require it, ``"w-"`` refuses it, ``"w"`` deletes every

@@ -166,7 +166,7 @@ class RedisStore(Store):
         Every key is stored as ``prefix + ":" + key`` (zarr-python 2's
         default prefix is ``"zarr"`` too).  Stores whose prefixes nest
         (``"a"`` and ``"a:b"``) see each other's keys, as in zarr-python 2.
-    mode : {"r", "r+", "a", "w", "w-"}
+    mode : {"a", "r", "r+", "w", "w-"}
         A store *exists* when at least one key starts with ``prefix + ":"``:
         ``"r"`` and ``"r+"`` require one, ``"w-"`` refuses one, ``"w"``
         deletes every key under the prefix.  Mode ``"r"`` refuses writes

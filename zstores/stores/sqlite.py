@@ -103,7 +103,7 @@ class SQLiteStore(Store):
         created.
     table : str
         The table, a plain SQL identifier; default ``"zarr"`` (zarr-python 2's).
-    mode : {"r", "r+", "a", "w", "w-"}
+    mode : {"a", "r", "r+", "w", "w-"}
         ``"r"`` opens the file read-only; ``"r"`` and ``"r+"`` require the
         table to exist; ``"a"`` creates it if missing; ``"w"`` empties it;
         ``"w-"`` refuses an existing table.  For ``":memory:"`` only ``"r"``

@@ -58,7 +58,7 @@ class ZipStore(Store):
         ``ZIP_DEFLATED``, ``ZIP_BZIP2`` or ``ZIP_LZMA`` for new members.
     allowZip64 : bool
         Allow the ZIP64 extensions needed past 4 GiB or 65,535 members.
-    mode : {"r", "r+", "a", "w", "w-"}
+    mode : {"a", "r", "r+", "w", "w-"}
         ``"r"`` and ``"r+"`` need an existing archive, ``"a"`` creates it if
         missing, ``"w"`` replaces it and ``"w-"`` refuses an existing file.
 
