@@ -50,7 +50,7 @@ class DBMStore(Store):
         ``dbm.dumb.open``, ``dbm.gnu.open``, ``dbm.ndbm.open``,
         ``dbm.sqlite3.open`` or another with the same signature.  It must be
         picklable (a module-level function) for the store to pickle.
-    mode : {"r", "r+", "a", "w", "w-"}
+    mode : {"a", "r", "r+", "w", "w-"}
         Becomes the dbm flag ``"r"``, ``"w"``, ``"c"``, ``"n"`` and (after
         checking that no database exists) ``"c"``.
     **open_kwargs

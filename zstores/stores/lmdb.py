@@ -198,7 +198,7 @@ class LMDBStore(Store):
         process that opens the environment.
     max_spare_txns : int
         Finished read transactions this process keeps for reuse.
-    mode : {"r", "r+", "a", "w", "w-"}
+    mode : {"a", "r", "r+", "w", "w-"}
         ``"r"`` opens the environment read-only (it must exist); ``"r+"``
         requires it to exist; ``"a"`` creates it if missing; ``"w"`` clears it;
         ``"w-"`` refuses an existing one.
