@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import multiprocessing
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from zstores.errors import InvalidKeyError, ReadOnlyError
-from zstores.stores.lmdb import LMDBStore
+from zstores.stores.lmdb import LMDBStore, _Gate
 from zstores.testing import StoreTests
 from zstores.testing.workers import value_for, write_keys
 
@@ -23,6 +24,40 @@ class TestLMDBStore(StoreTests):
 
 
 # ------------------------------------------------------------ map growth
+def test_gate_never_lets_a_remap_overlap_a_transaction():
+    gate = _Gate()
+    inside = []  # transactions in progress, as the remap sees them
+    overlaps = []
+    stop = threading.Event()
+
+    def transact() -> None:
+        while not stop.is_set():
+            gate.enter_shared()
+            inside.append(None)
+            inside.pop()
+            gate.leave_shared()
+
+    def remap() -> None:
+        for _ in range(300):
+            with gate.exclusive():
+                if inside:
+                    overlaps.append(len(inside))
+
+    threads = [threading.Thread(target=transact) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    remappers = [threading.Thread(target=remap) for _ in range(2)]
+    for thread in remappers:
+        thread.start()
+    for thread in remappers:
+        thread.join(timeout=60)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(t.is_alive() for t in threads + remappers), "the gate deadlocked"
+    assert overlaps == []
+
+
 def test_map_grows_from_tiny_map(tmp_path):
     path = tmp_path / "tiny"
     with LMDBStore(path, map_size=64 * KiB) as store:
@@ -74,8 +109,12 @@ def test_threads_grow_the_map_while_others_read(tmp_path):
         try:
             while not stop.is_set():
                 assert store.get_range("anchor", 1, 3) == b"aaa"
+                assert store["anchor"] == b"a" * 1000
                 store.listdir()
                 store.getsize()
+                # Hand the GIL over: without it, writers coming back from LMDB
+                # calls queue behind the busy readers and the test takes minutes.
+                time.sleep(0)
         except BaseException as error:  # noqa: BLE001 - reported below
             errors.append(error)
 

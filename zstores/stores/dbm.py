@@ -124,15 +124,26 @@ class DBMStore(Store):
 
     # ------------------------------------------------------------ primitives
     def _get(self, key: str) -> bytes:
+        raw = key.encode("utf-8")
         with self._lock:
             try:
-                return self._run(_lookup, self._db, key.encode("utf-8"))
+                if self._owner is None:
+                    value = self._db[raw]
+                else:
+                    value = self._run(_lookup, self._db, raw)
             except KeyError:
                 raise KeyError(key) from None
+        return value if value.__class__ is bytes else bytes(value)
 
     def _set(self, key: str, value: Buffer) -> None:
+        if value.__class__ is not bytes:
+            value = bytes(value)  # dbm.dumb takes only bytes and str
+        raw = key.encode("utf-8")
         with self._lock:
-            self._run(_store, self._db, [(key.encode("utf-8"), bytes(value))], sync=False)
+            if self._owner is None:  # the hot path: one plain assignment
+                self._db[raw] = value
+            else:
+                self._run(_store, self._db, [(raw, value)], sync=False)
 
     def _delete(self, key: str) -> None:
         with self._lock:

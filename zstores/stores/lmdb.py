@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -28,6 +30,10 @@ _MAP_GRANULE = 1 << 16
 # lmdb.open options that the store derives from its own parameters.
 _MANAGED_OPTIONS = ("readonly", "create")
 
+# What a transaction raises when this process must resize its map first.
+_REMAP_ERRORS = (lmdb.MapFullError, lmdb.MapResizedError, lmdb.ReadersFullError)
+_RETRY = object()
+
 # How often one operation may grow or re-adopt the map before giving up.
 _MAX_RETRIES = 64
 
@@ -36,46 +42,64 @@ class _Gate:
     """A readers/writer gate: transactions share it, remapping the file is exclusive.
 
     LMDB lets a process change its map size only while the process has no
-    transaction open.  Waiting remaps go first so that a stream of readers
-    cannot starve them.  Not re-entrant: no code path nests ``shared()``.
+    transaction open.  Every store call passes the gate, so entering it shared
+    costs two atomic deque operations and one attribute read, no lock: a
+    transaction first registers itself, then checks that no remap is wanted
+    (and backs off if one is); a remap first says it is wanted, then waits
+    until no transaction is registered.  One of the two always sees the
+    other, so they never overlap.  Remaps are rare and go first, so a stream
+    of transactions cannot starve them.  Not re-entrant: no code path nests
+    ``shared()`` or takes ``exclusive()`` inside it.
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._active = 0
-        self._exclusive = False
-        self._waiting = 0
+        self._open: deque[None] = deque()  # one entry per transaction in progress
+        self._wanted = False  # a remap is waiting or running
+        self._remap = threading.Lock()  # one remap at a time
+        self._done = threading.Condition(threading.Lock())  # signalled when a remap ends
+
+    def enter_shared(self) -> None:
+        """Register a transaction (plain calls: the read hot path avoids a generator)."""
+        self._open.append(None)
+        if self._wanted:
+            self._open.pop()
+            self._enter_after_remap()
+
+    def _enter_after_remap(self) -> None:
+        with self._done:
+            while True:
+                while self._wanted:
+                    self._done.wait()
+                self._open.append(None)
+                if not self._wanted:
+                    return
+                self._open.pop()
+
+    def leave_shared(self) -> None:
+        self._open.pop()
 
     @contextmanager
     def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._exclusive or self._waiting:
-                self._cond.wait()
-            self._active += 1
+        self.enter_shared()
         try:
             yield
         finally:
-            with self._cond:
-                self._active -= 1
-                if not self._active:
-                    self._cond.notify_all()
+            self.leave_shared()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
+        with self._remap:
+            self._wanted = True
             try:
-                while self._exclusive or self._active:
-                    self._cond.wait()
+                pause = 1e-5
+                while self._open:
+                    time.sleep(pause)
+                    pause = min(2 * pause, 1e-3)
+                yield
             finally:
-                self._waiting -= 1
-            self._exclusive = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()
+                with self._done:
+                    self._wanted = False
+                    self._done.notify_all()
 
 
 class _SharedEnv:
@@ -320,7 +344,7 @@ class LMDBStore(Store):
                 try:
                     with shared.env.begin(write=write, buffers=not write) as txn:
                         return work(txn)
-                except (lmdb.MapFullError, lmdb.MapResizedError, lmdb.ReadersFullError) as error:
+                except _REMAP_ERRORS as error:
                     problem = error
             if isinstance(problem, lmdb.MapFullError):
                 shared.grow(seen, payload)
@@ -337,6 +361,8 @@ class LMDBStore(Store):
     # ------------------------------------------------------------ primitives
     def _key(self, key: str) -> str:
         key = super()._key(key)
+        if len(key) <= self._max_key_size and key.isascii():
+            return key
         try:
             size = len(key.encode("utf-8"))
         except UnicodeEncodeError:
@@ -351,13 +377,25 @@ class LMDBStore(Store):
         return key
 
     def _get(self, key: str) -> bytes:
-        def work(txn: lmdb.Transaction) -> bytes:
-            value = txn.get(key.encode())
-            if value is None:
-                raise KeyError(key)
-            return bytes(value)
-
-        return self._run(work)
+        # The hot path: one read transaction, no closure, no retry loop.  With
+        # buffers=False py-lmdb copies the value into bytes inside the
+        # transaction, once.
+        encoded = key.encode()
+        shared = self._shared
+        gate = shared.gate  # type: ignore[union-attr]
+        gate.enter_shared()
+        try:
+            with shared.env.begin() as txn:  # type: ignore[union-attr]
+                value = txn.get(encoded)
+        except _REMAP_ERRORS:
+            value = _RETRY
+        finally:
+            gate.leave_shared()
+        if value is _RETRY:  # outside the gate: growing the map needs it exclusive
+            value = self._run(lambda txn: _copy(txn.get(encoded)))
+        if value is None:
+            raise KeyError(key)
+        return value
 
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
         def work(txn: lmdb.Transaction) -> bytes:
@@ -564,6 +602,11 @@ def _keys_under(cursor: lmdb.Cursor, prefix: bytes) -> Iterable[Any]:
         if not bytes(key).startswith(prefix):
             return
         yield key
+
+
+def _copy(value: Any) -> bytes | None:
+    """A value of a ``buffers=True`` transaction as bytes that outlive it."""
+    return None if value is None else bytes(value)
 
 
 def _file_size(path: str) -> int:
