@@ -685,3 +685,14 @@ def _documented_callables(obj: Any) -> Iterator[Any]:
             yield member
         if member.is_module or member.is_class:
             yield from _documented_callables(member)
+
+
+def test_flag_table_matches_the_base_class() -> None:
+    """docs/api/stores.md's table of capability flags lists every flag with its default."""
+    rows = table_rows(DOCS / "api" / "stores.md", "attribute", "base default")
+    documented = {row["attribute"].strip("`"): row["base default"].strip("`") for row in rows}
+    flags = {"supports_range_reads", "supports_process_writers", "supports_deletes",
+             "max_value_size", "persistent", "hierarchical"}
+    assert set(documented) == flags
+    for name, default in documented.items():
+        assert repr(getattr(zstores.Store, name)) == default, name
