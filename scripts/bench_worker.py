@@ -5,7 +5,10 @@ Run by ``bench_stores.py`` (never by hand, though it works by hand)::
     python bench_worker.py IMPL BACKEND WORKDIR VALUE_SIZE COUNT
 
 IMPL is ``zstores`` (our store), ``zarr2`` (zarr-python 2.18's store of the
-same backend; run it with the zarr 2 environment's interpreter) or ``raw``
+same backend; run it with the zarr 2 environment's interpreter), ``zarr2-copy``
+(the same with ``LMDBStore(buffers=False)``, which copies values out of the
+transaction as zstores does, instead of handing out views of the map that the
+next write may overwrite) or ``raw``
 (the backend's own library used directly: the anchor).  Prints one JSON object
 ``{operation: seconds}`` on stdout.  Operations: ``set`` and ``get`` (COUNT
 single-key calls), ``setitems`` and ``getitems`` (one batch call of COUNT
@@ -54,7 +57,8 @@ def open_zstores(backend: str, path: str, mode: str = "w"):
     return classes[backend]()
 
 
-def open_zarr2(backend: str, path: str, mode: str = "w"):
+def open_zarr2(backend: str, path: str, mode: str = "w", *, copy: bool = False):
+    """zarr 2.18's store; ``copy`` makes its LMDBStore copy values (``buffers=False``)."""
     import dbm.dumb
 
     import zarr.storage as zs
@@ -66,7 +70,7 @@ def open_zarr2(backend: str, path: str, mode: str = "w"):
         "zip": lambda: zs.ZipStore(path + ".zip", mode=mode),
         "dbm": lambda: zs.DBMStore(path + ".dbm", flag="n" if mode == "w" else "r",
                                    open=dbm.dumb.open),
-        "lmdb": lambda: zs.LMDBStore(path + ".lmdb", readonly=mode == "r"),
+        "lmdb": lambda: zs.LMDBStore(path + ".lmdb", readonly=mode == "r", buffers=not copy),
         "sqlite": lambda: zs.SQLiteStore(path + ".sqlite"),
         "redis": lambda: open_zarr2_network(backend, path),
         "mongodb": lambda: open_zarr2_network(backend, path),
@@ -138,12 +142,14 @@ def listing_of_tiny_keys(impl: str, backend: str, path: str, keys: list[str]) ->
     zarr 2's own writers would take minutes to make 100,000 keys (SQLite
     commits each one).
     """
-    with open_zstores(backend, path) as store:
-        store.setitems({f"m/{key}": b"x" for key in keys})
+    populated = Path(path + ".populated")
+    if not populated.exists():  # bench_stores.py shares one filled store across runs
+        with open_zstores(backend, path) as store:
+            store.setitems({f"m/{key}": b"x" for key in keys})
+        populated.touch()
     if impl == "raw":
         return {"listdir": RAW_LISTING[backend](path)}
-    opener = open_zstores if impl == "zstores" else open_zarr2
-    store = opener(backend, path, mode="r")
+    store = open_zstores(backend, path, "r") if impl == "zstores" else open_zarr2(backend, path, "r")
     seconds = min(timed(lambda: store.listdir("m")) for _ in range(3))
     assert len(store.listdir("m")) == len(keys)
     with contextlib.suppress(AttributeError):
@@ -171,7 +177,7 @@ def store_operations(store, keys: list[str], value: bytes, impl: str) -> dict[st
                 store[key] = item
 
     def getitems():
-        if impl == "zarr2":  # zarr 2.18's getitems wants per-key contexts
+        if impl.startswith("zarr2"):  # zarr 2.18's getitems wants per-key contexts
             store.getitems(list(batch), contexts={})
         elif hasattr(store, "getitems"):
             store.getitems(list(batch))
@@ -206,16 +212,18 @@ def raw_directory(path: str, keys: list[str], value: bytes) -> dict[str, float]:
             with open(root / folder / key, "wb") as file:
                 file.write(value)
 
-    def read(folder):
+    def read(folder, found=None):
         for key in keys:
             with open(root / folder / key, "rb") as file:
-                file.read()
+                value = file.read()
+            if found is not None:
+                found[key] = value
 
     return {
         "set": timed(lambda: write("s")),
         "get": timed(lambda: read("s")),
         "setitems": timed(lambda: write("m")),
-        "getitems": timed(lambda: read("m")),
+        "getitems": timed(lambda: read("m", {})),  # keeps every value, as getitems does
         "listdir": timed(lambda: sorted(os.listdir(root / "m"))),
     }
 
@@ -244,8 +252,7 @@ def raw_lmdb(path: str, keys: list[str], value: bytes) -> dict[str, float]:
 
     def get_all(names):
         with env.begin() as txn:
-            for name in names:
-                txn.get(name)
+            return {name: txn.get(name) for name in names}
 
     def listdir():
         with env.begin() as txn, txn.cursor() as cursor:
@@ -285,8 +292,7 @@ def raw_sqlite(path: str, keys: list[str], value: bytes) -> dict[str, float]:
         db.execute("COMMIT")
 
     def get_all():
-        for key in keys:
-            db.execute(get, (f"m/{key}",)).fetchone()
+        return {key: db.execute(get, (f"m/{key}",)).fetchone()[0] for key in keys}
 
     results = {
         "set": timed(put_each),
@@ -307,15 +313,17 @@ def raw_zip(path: str, keys: list[str], value: bytes) -> dict[str, float]:
         for key in keys:
             archive.writestr(f"{folder}/{key}", value)
 
-    def read(folder):
+    def read(folder, found=None):
         for key in keys:
-            archive.read(f"{folder}/{key}")
+            value = archive.read(f"{folder}/{key}")
+            if found is not None:
+                found[key] = value
 
     results = {
         "set": timed(lambda: write("s")),
         "get": timed(lambda: read("s")),
         "setitems": timed(lambda: write("m")),
-        "getitems": timed(lambda: read("m")),
+        "getitems": timed(lambda: read("m", {})),  # keeps every value, as getitems does
         "listdir": timed(lambda: sorted(n for n in archive.namelist() if n.startswith("m/"))),
     }
     archive.close()
@@ -331,15 +339,17 @@ def raw_dbm(path: str, keys: list[str], value: bytes) -> dict[str, float]:
         for key in keys:
             db[f"{folder}/{key}"] = value
 
-    def read(folder):
+    def read(folder, found=None):
         for key in keys:
-            db[f"{folder}/{key}"]
+            value = db[f"{folder}/{key}"]
+            if found is not None:
+                found[key] = value
 
     results = {
         "set": timed(lambda: write("s")),
         "get": timed(lambda: read("s")),
         "setitems": timed(lambda: write("m")),
-        "getitems": timed(lambda: read("m")),
+        "getitems": timed(lambda: read("m", {})),  # keeps every value, as getitems does
         "listdir": timed(lambda: sorted(k for k in db.keys() if k.startswith(b"m/"))),
     }
     db.close()
@@ -353,15 +363,17 @@ def raw_memory(path: str, keys: list[str], value: bytes) -> dict[str, float]:
         for key in keys:
             data[f"{folder}/{key}"] = bytes(value)
 
-    def read(folder):
+    def read(folder, found=None):
         for key in keys:
-            data[f"{folder}/{key}"]
+            value = data[f"{folder}/{key}"]
+            if found is not None:
+                found[key] = value
 
     return {
         "set": timed(lambda: write("s")),
         "get": timed(lambda: read("s")),
         "setitems": timed(lambda: write("m")),
-        "getitems": timed(lambda: read("m")),
+        "getitems": timed(lambda: read("m", {})),  # keeps every value, as getitems does
         "listdir": timed(lambda: sorted(k for k in data if k.startswith("m/"))),
     }
 
@@ -500,14 +512,16 @@ def main(argv: list[str]) -> None:
     # store keeps flat (2-d ones would make it 100,000 folders).
     keys = [f"{i}" if int(size) == 1 else f"{i}.0" for i in range(int(count))]
     value = os.urandom(int(size))
-    path = str(Path(workdir) / f"{impl}-{backend}")
+    path = str(Path(workdir) / (f"tiny-{backend}" if int(size) == 1 else f"{impl}-{backend}"))
     try:
         if int(size) == 1:
             results = listing_of_tiny_keys(impl, backend, path, keys)
         elif impl == "raw":
             results = raw_operations(backend, path, keys, value)
+        elif impl == "zstores":
+            results = store_operations(open_zstores(backend, path), keys, value, impl)
         else:
-            store = open_zstores(backend, path) if impl == "zstores" else open_zarr2(backend, path)
+            store = open_zarr2(backend, path, copy=impl == "zarr2-copy")
             results = store_operations(store, keys, value, impl)
     finally:
         if backend in NETWORK:
