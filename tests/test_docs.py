@@ -46,6 +46,7 @@ import subprocess
 import sys
 import textwrap
 import tokenize
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -729,3 +730,14 @@ def test_api_reference_covers_the_public_api() -> None:
             if not any(getattr(package, name) is obj for obj in documented):
                 missing.append(f"{package.__name__}.{name}")
     assert not missing, f"public names missing from docs/api/*.md: {missing}"
+
+
+def test_install_section_matches_pyproject() -> None:
+    """The quickstart names every core dependency and every extra of pyproject.toml."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    text = (DOCS / "quickstart.md").read_text(encoding="utf-8")
+    for requirement in project["dependencies"]:
+        name = re.split(r"[<>=!\[; ]", requirement, maxsplit=1)[0]
+        assert name in text, f"core dependency {name} is not named in docs/quickstart.md"
+    extras = {row["extra"].strip("`") for row in table_rows(DOCS / "quickstart.md", "extra")}
+    assert extras == set(project["optional-dependencies"]), extras
