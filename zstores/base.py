@@ -480,8 +480,12 @@ class Store(MutableMapping[str, bytes]):
         except Exception:  # noqa: BLE001 - interpreter shutdown; nothing to report to
             pass
 
+    def _mode_after_pickle(self) -> str:
+        """The mode an unpickled copy opens with: never clearing or refusing the location."""
+        return _MODE_AFTER_PICKLE[self._mode]
+
     def __reduce__(self) -> tuple[Any, ...]:
-        mode = _MODE_AFTER_PICKLE[self._mode]
+        mode = self._mode_after_pickle()
         if self.persistent:
             return (_reopen, (type(self), self._params(), mode))
         data = dict(self.items())

@@ -18,6 +18,7 @@ __all__ = [
     "prefix_upper_bound",
     "child_name",
     "is_chunk_key_segment",
+    "check_utf8_key",
 ]
 
 
@@ -130,3 +131,15 @@ def is_chunk_key_segment(segment: str) -> bool:
     if "." not in segment:
         return False
     return all(part.isdigit() and part.isascii() for part in segment.split("."))
+
+
+def check_utf8_key(key: str) -> str:
+    """Refuse a key that has no UTF-8 form (a lone surrogate)."""
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidKeyError(
+                f"invalid key {key!r}: a key must be encodable as UTF-8 (no lone surrogates)"
+            ) from None
+    return key

@@ -15,6 +15,7 @@ import lmdb
 
 from ..base import Buffer, Mode, Store, children_by_seek
 from ..errors import InvalidKeyError
+from ..keys import check_utf8_key
 
 __all__ = ["DEFAULT_MAP_SIZE", "LMDBStore"]
 
@@ -363,12 +364,7 @@ class LMDBStore(Store):
         key = super()._key(key)
         if len(key) <= self._max_key_size and key.isascii():
             return key
-        try:
-            size = len(key.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise InvalidKeyError(
-                f"invalid key {key!r}: a key must be encodable as UTF-8 (no lone surrogates)"
-            ) from None
+        size = len(check_utf8_key(key).encode("utf-8"))
         if size > self._max_key_size:
             raise InvalidKeyError(
                 f"invalid key {key[:60]!r}...: it is {size} bytes in UTF-8 and LMDB keys "

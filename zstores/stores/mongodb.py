@@ -9,7 +9,9 @@ from typing import Any
 
 from ..base import Buffer, Mode, Store
 from ..errors import StoreConnectionError, ZStoresError
-from .redis import check_utf8_key, connection_error, network_errors_as, redact_url, secrets_of
+from ..keys import check_utf8_key
+from ..urls import redact_url
+from ._network import connection_error, network_errors_as, secrets_of
 
 __all__ = ["MongoDBStore"]
 

@@ -1,31 +1,18 @@
-"""RedisStore: each key a Redis string named ``prefix + ":" + key``.
-
-Also home of the helpers both network stores share (``redact_url``, from urls.py,
-``network_errors_as``, ``check_utf8_key``); they import nothing from a
-driver, so ``zstores.stores.mongodb`` can use them without redis installed.
-"""
+"""RedisStore: each key a Redis string named ``prefix + ":" + key``."""
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit
+from collections.abc import Iterator
+from typing import Any
 
-from ..base import Buffer, Mode, Store, _reopen
+from ..base import Buffer, Mode, Store
 from ..errors import InvalidKeyError, StoreConnectionError
+from ..keys import check_utf8_key
 from ..urls import redact_url
+from ._network import connection_error, network_errors_as, secrets_of
 
-__all__ = [
-    "RedisStore",
-    "check_utf8_key",
-    "connection_error",
-    "glob_escape",
-    "network_errors_as",
-    "redact_url",
-    "secrets_of",
-]
+__all__ = ["RedisStore", "glob_escape"]
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -56,59 +43,6 @@ return redis.call('GETRANGE', KEYS[1], first, stop - 1)
 # buffer (at most 1 GiB) before running it, so larger batches become several
 # MSETs in one MULTI/EXEC transaction.
 _MSET_BYTES = 64 << 20
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-# --------------------------------------------------- shared network helpers
-def secrets_of(url: str) -> list[str]:
-    """The passwords a URL carries, to scrub from error messages."""
-    parts = urlsplit(url)
-    found = [parts.password] if parts.password else []
-    found += [v for n, v in parse_qsl(parts.query) if n.lower() == "password" and v]
-    return found
-
-
-def network_errors_as(method: F) -> F:
-    """Decorate a store method so the driver errors in ``self._network_errors``
-    become the ``StoreConnectionError`` that ``self._connection_error`` makes."""
-
-    @functools.wraps(method)
-    def wrapper(self: Any, *args: Any) -> Any:
-        try:
-            return method(self, *args)
-        except self._network_errors as error:
-            raise self._connection_error(error) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def connection_error(store: str, where: str, secrets: list[str], error: BaseException) -> StoreConnectionError:
-    """A ``StoreConnectionError`` naming the store and its redacted URL.
-
-    The driver's message is kept with every password scrubbed; the driver's
-    exception is not chained, so no traceback can carry a password either.
-    """
-    detail = str(error)
-    for secret in secrets:
-        detail = detail.replace(secret, "***")
-    return StoreConnectionError(
-        f"{store} could not talk to the server at {where}: "
-        f"{type(error).__name__}: {detail}"
-    )
-
-
-def check_utf8_key(key: str) -> str:
-    """Refuse a key that has no UTF-8 form (a lone surrogate)."""
-    if not key.isascii():
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidKeyError(
-                f"invalid key {key!r}: a key must be encodable as UTF-8 (no lone surrogates)"
-            ) from None
-    return key
-
 
 def _import_redis() -> Any:
     try:
@@ -425,12 +359,11 @@ class RedisStore(Store):
     def _describe(self) -> str:
         return f"{self._where} prefix {self._prefix!r}"
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def _mode_after_pickle(self) -> str:
         # A prefix with no keys does not exist, so a store opened with "w" and
         # still empty could not reopen as "r+" (the base class' choice): every
         # writable mode reopens as "a".
-        mode = "r" if self._mode == "r" else "a"
-        return (_reopen, (type(self), self._params(), mode))
+        return "r" if self._mode == "r" else "a"
 
     def _params(self) -> dict[str, Any]:
         if self._url is None:
