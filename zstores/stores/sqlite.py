@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import Buffer, Mode, Store, children_by_seek
-from ..errors import InvalidKeyError
-from ..keys import prefix_upper_bound
+from ..keys import check_utf8_key, prefix_upper_bound
 
 __all__ = ["SQLiteStore"]
 
@@ -267,15 +266,7 @@ class SQLiteStore(Store):
 
     # ------------------------------------------------------------ primitives
     def _key(self, key: str) -> str:
-        key = super()._key(key)
-        if not key.isascii():
-            try:
-                key.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidKeyError(
-                    f"invalid key {key!r}: a key must be encodable as UTF-8 (no lone surrogates)"
-                ) from None
-        return key
+        return check_utf8_key(super()._key(key))
 
     def _get(self, key: str) -> bytes:
         row = self._fetchone(f"SELECT v FROM {self._q} WHERE k = ?", (key,))
