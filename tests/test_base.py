@@ -61,7 +61,7 @@ def test_pickle_of_mode_w_reopens_without_clearing():
     store = MemoryStore(mode="w")
     store["k"] = b"v"
     clone = pickle.loads(pickle.dumps(store))
-    assert clone["k"] == b"v" and clone.mode == "r+"
+    assert clone["k"] == b"v" and clone.mode == "a"
     read_only = MemoryStore(mode="r")
     assert pickle.loads(pickle.dumps(read_only)).read_only
 

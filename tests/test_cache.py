@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import zstores
-from zstores import DirectoryStore, LRUStoreCache, MemoryStore, SQLiteStore
+from zstores import DirectoryStore, LMDBStore, LRUStoreCache, MemoryStore, SQLiteStore
 from zstores.testing import StoreTests
 from zstores.wrappers import cache as cache_module
 
@@ -415,3 +415,17 @@ def test_zarr3_reads_an_array_through_the_cache(tmp_path):
 def test_docstring_examples_run():
     results = doctest.testmod(cache_module)
     assert results.attempted > 0 and results.failed == 0
+
+
+def test_wrappers_follow_the_inner_store_for_blocking_and_reopen_their_own_handle(tmp_path):
+    from zstores.adapters.zarr3 import is_blocking
+
+    inner = LMDBStore(tmp_path / "x.lmdb")
+    cache = LRUStoreCache(inner, max_size=None)
+    assert not is_blocking(cache)
+    assert is_blocking(LRUStoreCache(SQLiteStore(tmp_path / "s.sqlite"), max_size=None))
+    other = cache._reopen_as("r")
+    assert other.read_only and other.store is not inner
+    other.close()
+    inner["k"] = b"v"  # closing the reopened wrapper left this handle open
+    assert cache["k"] == b"v"

@@ -46,8 +46,10 @@ MODES: dict[str, str] = {
 }
 
 # After unpickling, a store reopens the location it was created at: it must
-# neither clear it again ("w") nor refuse it for existing ("w-").
-_MODE_AFTER_PICKLE = {"r": "r", "r+": "r+", "a": "a", "w": "r+", "w-": "r+"}
+# neither clear it again ("w") nor refuse it for existing ("w-").  Not "r+"
+# either: a store that is still empty may not exist yet as far as its backend
+# can tell (a Redis prefix without keys, a dbm file not yet written).
+_MODE_AFTER_PICKLE = {"r": "r", "r+": "r+", "a": "a", "w": "a", "w-": "a"}
 
 Buffer = bytes | memoryview
 
@@ -154,6 +156,10 @@ class Store(MutableMapping[str, bytes]):
     persistent: ClassVar[bool] = True
     #: A key cannot also be a prefix (``a`` and ``a/b``): folders, zip paths.
     hierarchical: ClassVar[bool] = False
+    #: Calls may wait on disk or network long enough that an event loop should
+    #: hand them to a thread (False: in-memory or memory-mapped, cheaper than a
+    #: hand-off; the zarr-python 3 adapter then calls them directly).
+    blocking: ClassVar[bool] = True
 
     def __init__(self, *, mode: Mode = "a") -> None:
         self._mode = check_mode(mode)
@@ -479,6 +485,10 @@ class Store(MutableMapping[str, bytes]):
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown; nothing to report to
             pass
+
+    def _reopen_as(self, mode: str) -> Store:
+        """A new handle on the same location (persistent stores), opened with ``mode``."""
+        return type(self)(**self._params(), mode=mode)
 
     def _mode_after_pickle(self) -> str:
         """The mode an unpickled copy opens with: never clearing or refusing the location."""

@@ -126,17 +126,12 @@ class Adapter:
         return hash((type(self), type(store), hash(store) if store.persistent else 0))
 
 
-# A store opened with "w" or "w-" reopens with "a": its data must be neither
-# cleared again nor refused, and "r+" (what Store.__reduce__ uses) refuses a
-# store that is still empty, which DBM and Redis cannot tell from a missing one.
-_MODE_AFTER_PICKLE = {"w": "a", "w-": "a"}
-
 
 def pickled_store(store: Store) -> tuple[Any, ...]:
     """What an adapter pickles for its store: the store if in memory, else how to reopen it."""
     if not store.persistent:
         return (store,)
-    return (type(store), store._params(), _MODE_AFTER_PICKLE.get(store.mode, store.mode))
+    return (type(store), store._params(), store._mode_after_pickle())
 
 
 def unpickled_store(state: tuple[Any, ...]) -> Store:
@@ -149,8 +144,7 @@ def unpickled_store(state: tuple[Any, ...]) -> Store:
 
 def reopened(store: Store, mode: str | None = None) -> Store:
     """A new handle on the data of a persistent store, with ``mode`` or as unpickling would."""
-    cls, params, after_pickle = pickled_store(store)
-    return cls(**params, mode=mode or after_pickle)  # type: ignore[no-any-return]
+    return store._reopen_as(mode or store._mode_after_pickle())
 
 
 def keys_with_prefix(store: Store, prefix: str) -> list[str]:

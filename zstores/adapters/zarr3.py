@@ -33,33 +33,24 @@ from zarr.core.buffer.core import default_buffer_prototype
 
 from ..base import Store
 from ..errors import InvalidKeyError
-from ..stores.lmdb import LMDBStore
-from ..stores.memory import MemoryStore
 from . import Adapter, keys_with_prefix, pickled_store, reopened, size_under, unpickled_store
 
 __all__ = ["ZarrStore", "is_blocking"]
 
 T = TypeVar("T")
 
-# Backends whose calls cost less than a hand-off to a thread (measured by
-# scripts/bench_zarr.py); a store class may say so itself with ``blocking``.
-_NON_BLOCKING: tuple[type[Store], ...] = (MemoryStore, LMDBStore)
-
 # Keys per hand-off when a listing is pulled from a blocking backend.
 _LIST_BATCH = 1000
 
 
 def is_blocking(store: Store) -> bool:
-    """Whether the adapter runs ``store``'s calls in worker threads.
+    """Whether the adapter runs ``store``'s calls in worker threads: its ``blocking`` flag.
 
-    A store class may declare ``blocking = False`` (in-memory or memory-mapped
-    engines); otherwise Memory and LMDB stores are called directly and every
-    other store in worker threads.
+    Memory and LMDB stores (and wrappers of them) are called directly, every
+    other store in worker threads; a thread hand-off costs more than a
+    memory copy (measured by scripts/bench_zarr.py).
     """
-    declared = getattr(type(store), "blocking", None)
-    if declared is not None:
-        return bool(declared)
-    return not isinstance(store, _NON_BLOCKING)
+    return bool(getattr(store, "blocking", True))
 
 
 Queued = tuple[Callable[[], Any], "asyncio.Future[Any]"]  # (call, future)

@@ -256,6 +256,7 @@ class LMDBStore(Store):
     supports_range_reads = True
     supports_process_writers = True
     max_value_size = 0xFFFFFFFF
+    blocking = False  # a read is a memory copy out of the map
 
     def __init__(
         self,

@@ -30,6 +30,8 @@ class MemoryStore(Store):
     ['foo']
     """
 
+    blocking = False
+
     persistent = False
 
     def __init__(self, *, mode: Mode = "a") -> None:

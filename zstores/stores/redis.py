@@ -360,9 +360,7 @@ class RedisStore(Store):
         return f"{self._where} prefix {self._prefix!r}"
 
     def _mode_after_pickle(self) -> str:
-        # A prefix with no keys does not exist, so a store opened with "w" and
-        # still empty could not reopen as "r+" (the base class' choice): every
-        # writable mode reopens as "a".
+        # A prefix with no keys does not exist, so even "r+" reopens as "a".
         return "r" if self._mode == "r" else "a"
 
     def _params(self) -> dict[str, Any]:

@@ -61,6 +61,7 @@ class WrapperStore(Store):
         self.max_value_size = store.max_value_size  # type: ignore[misc]
         self.persistent = store.persistent  # type: ignore[misc]
         self.hierarchical = store.hierarchical  # type: ignore[misc]
+        self.blocking = store.blocking  # type: ignore[misc]
 
     def _wrapper_mode(self, store: Store, mode: str | None) -> str:
         if mode is None:
@@ -157,6 +158,12 @@ class WrapperStore(Store):
 
     def _params(self) -> dict[str, Any]:
         return {"store": self._store, **self._wrapper_params()}
+
+    def _reopen_as(self, mode: str) -> Store:
+        # Reopen the inner store too: a new wrapper must not share (and later
+        # close) this one's handle.
+        inner_mode = mode if mode == "r" or not self._store.read_only else "r"
+        return type(self)(self._store._reopen_as(inner_mode), **self._wrapper_params(), mode=mode)
 
     def _location(self) -> Any:
         return (type(self._store), self._store._location())
