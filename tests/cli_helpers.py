@@ -43,7 +43,7 @@ class Result:
 def zstores_cmd(*args: str, timeout: float = 300) -> Result:
     """Run ``zstores ARGS`` in a subprocess (no terminal) and collect what it printed."""
     done = subprocess.run([*COMMAND, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+                          timeout=timeout, stdin=subprocess.DEVNULL, check=False)
     return Result(done.returncode, done.stdout, done.stderr)
 
 

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from itertools import islice
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from ..base import Store
 from ..keys import normalize_storage_path
@@ -121,7 +121,7 @@ class Pool:
                     pending.add(self._executor.submit(function, item))
                 yield result
 
-    def __enter__(self) -> Pool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:

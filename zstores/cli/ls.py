@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     path = path_argument(args.path)
     with open_url(args.url, "r") as store:
         [root] = read_nodes(store, [path])
-        if root.kind == "other" and path and path not in store and not store.listdir(path):
+        is_key = bool(path) and path in store
+        if root.kind == "other" and path and not is_key and not store.listdir(path):
             raise CommandError(f"nothing at {path!r} in {shown(args.url)}")
         if args.recursive:
             entries = [(depth, node, last) for depth, node, last in walk(store, root)][1:]
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         print_json({**root.as_json(), "entries": [node.as_json() for node in nodes[1:]]})
     elif args.recursive:
         _print_tree(root, entries)
-    elif root.kind == "array":
+    elif root.kind == "array" or (is_key and not entries):  # one array, or a plain key
         print(_line(root, "/" if not path else path))
     else:
         _print_columns([node for _, node, _ in entries])

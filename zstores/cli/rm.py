@@ -17,8 +17,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         commands, "rm", common, help="delete a key, or an array or group with all below it",
         description="Delete the key PATH and every key under PATH/ (an array with its "
         "chunks, a group with its members).  The root cannot be removed this way.",
-        examples=["zstores rm data.zip results/old", "zstores rm sqlite:///data/run1.sqlite "
-                  "temperature/.zattrs"],
+        examples=["zstores rm data.zip results/old", ("zstores rm sqlite:///data/run1.sqlite "
+                  "temperature/.zattrs")],
     )
     add_url(parser)
     add_path(parser, required=True)

@@ -18,7 +18,7 @@ recognised and their keys counted, but their chunks are not decoded.
 from __future__ import annotations
 
 import argparse
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,8 +79,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "that breaks the Zarr v2 specification (or a stale .zmetadata).  Missing chunks are "
         "fine (they read as the fill value) and are counted.  Exit status 1 if anything is "
         "wrong.",
-        examples=["zstores verify data.zip", "zstores verify sqlite:///data/run1.sqlite "
-                  "temperature --jobs 4", "zstores verify data.lmdb --json"],
+        examples=["zstores verify data.zip", ("zstores verify sqlite:///data/run1.sqlite "
+                  "temperature --jobs 4"), "zstores verify data.lmdb --json"],
     )
     add_url(parser)
     add_path(parser)
