@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from typing import NoReturn
@@ -88,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    sigint = signal.getsignal(signal.SIGINT)  # a Ctrl-C ignores later ones; undone at the end
     try:
         return int(args.run(args))
     except KeyboardInterrupt:
@@ -98,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_closed()
     except Exception as error:  # noqa: BLE001 - one line per error, not a traceback
         return _fail(args, _describe(error), _exit_code(error))
+    finally:
+        if threading.current_thread() is threading.main_thread() and sigint is not None:
+            signal.signal(signal.SIGINT, sigint)
 
 
 def _describe(error: BaseException) -> str:
