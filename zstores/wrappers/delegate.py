@@ -18,6 +18,7 @@ from ..base import Buffer, Mode, Store, check_mode
 
 __all__ = ["WrapperStore"]
 
+
 class WrapperStore(Store):
     """Pass every operation to ``store``; subclasses change what they need.
 
@@ -32,7 +33,10 @@ class WrapperStore(Store):
         and need a writable store.  A wrapper never creates or clears its
         store, so ``"w"`` and ``"w-"`` belong to the inner store's opening.
 
-    Capability flags are the inner store's (a subclass may narrow them).
+    Notes
+    -----
+    Capability flags (``supports_range_reads``, ``blocking`` ...) are the
+    inner store's; a subclass may narrow them.
 
     Examples
     --------
