@@ -4,7 +4,8 @@
 Every figure comes from fresh worker processes (``bench_worker.py``): zstores
 and the raw library in this interpreter, zarr-python 2.18 in the interpreter
 named by ``--zarr2-python`` (default ``.venv-zarr2/bin/python``).  The three
-run in turn, round after round, so background load hits them alike; the table
+run in turn, round after round, a different one first each round and each
+after an ``os.sync()``, so background load and write-back hit them alike; the table
 shows the median of the rounds and ratios of medians (above 1.0 = zstores is
 faster).
 
@@ -79,7 +80,12 @@ def measure(args: argparse.Namespace) -> dict[tuple, float]:
                 shared = (stack.enter_context(tempfile.TemporaryDirectory(dir=ROOT / ".bench"))
                           if size == 1 else None)
                 for round_ in range(args.rounds):
-                    for impl in impls_for(backend):
+                    impls = impls_for(backend)
+                    # A different one goes first each round, and each starts with
+                    # the disk's dirty pages written out: otherwise the first run
+                    # of a round pays for the writes of the run before it.
+                    for impl in impls[round_ % len(impls):] + impls[:round_ % len(impls)]:
+                        os.sync()
                         results = run_worker(pythons[impl], impl, backend, size, count, shared)
                         for op, seconds in results.items():
                             samples.setdefault((backend, size, count, op, impl), []).append(seconds)

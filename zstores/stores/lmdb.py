@@ -207,11 +207,15 @@ class LMDBStore(Store):
         platforms).  It only sets where growth starts.
     sync : bool
         ``False`` (default, as zarr-python 2): commits are not flushed to disk
-        one by one; ``close()`` flushes.  An operating-system crash or power
-        loss may lose the latest commits, though never tears a value (the map is
-        not writable, so LMDB writes pages in order).  ``True`` flushes every
-        commit.  A crash of the process never loses or corrupts committed data
-        either way.
+        one by one; ``close()`` and ``flush()`` flush.  A crash of the process
+        never loses or corrupts committed data.  An operating-system crash or
+        power loss may lose the latest commits and, as LMDB documents for this
+        mode, may even leave the file corrupt if the disk reordered writes;
+        ``True`` flushes every commit, which rules both out.  The map is never
+        writable (no ``writemap``, unlike zarr-python 2), so a stray write
+        cannot reach the data and the data file does not show the whole map
+        size; do not open one environment with and without ``writemap`` at
+        the same time, as LMDB forbids it.
     lock : bool
         ``True`` (default) uses LMDB's locks so several processes may read and
         write.  ``False`` leaves all coordination between processes to the
