@@ -209,7 +209,10 @@ def raw_directory(path: str, keys: list[str], value: bytes) -> dict[str, float]:
 
     def write(folder):
         for key in keys:
-            with open(root / folder / key, "wb") as file:
+            target = root / folder / key
+            if "/" in key:  # a nested chunk key: its folder first
+                target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "wb") as file:
                 file.write(value)
 
     def read(folder, found=None):
@@ -510,7 +513,10 @@ def main(argv: list[str]) -> None:
     impl, backend, workdir, size, count = argv
     # Chunk-like keys; the tiny-keys listing uses 1-d ones, which a nested
     # store keeps flat (2-d ones would make it 100,000 folders).
-    keys = [f"{i}" if int(size) == 1 else f"{i}.0" for i in range(int(count))]
+    # A nested store gets the keys zarr (2.18 and 3) writes for a nested array,
+    # "i/0", not "i.0": zarr 2.18's NestedDirectoryStore stores the latter flat.
+    chunk = "{}/0" if backend == "nested" else "{}.0"
+    keys = [f"{i}" if int(size) == 1 else chunk.format(i) for i in range(int(count))]
     value = os.urandom(int(size))
     path = str(Path(workdir) / (f"tiny-{backend}" if int(size) == 1 else f"{impl}-{backend}"))
     try:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import threading
 import time
 
 import numpy as np
 import pytest
+from zarr2_roundtrip import check_reads_what_zarr2_wrote, check_zarr2_reads_what_we_wrote
 
 from zstores.errors import InvalidKeyError, ReadOnlyError
 from zstores.stores.lmdb import LMDBStore, _Gate
@@ -226,76 +226,14 @@ def test_rmdir_treats_wildcard_names_literally(tmp_path):
 
 
 # ------------------------------------------------ zarr-python 2 compatibility
-ZARR2_WRITE = """
-import zarr, numpy as np
-store = zarr.LMDBStore(path)
-root = zarr.group(store=store)
-root.attrs["title"] = "written by zarr 2"
-arr = root.create_dataset("grp/arr", shape=(20, 30), chunks=(7, 8), dtype="<i4")
-arr[:] = np.arange(600, dtype="<i4").reshape(20, 30)
-arr.attrs["unit"] = "m"
-root.create_dataset("a_b", shape=(3,), dtype="u1", fill_value=7)
-result = {key: bytes(store[key]).hex() for key in list(store.keys())}
-store.close()
-"""
-
-ZARR2_READ = """
-import zarr
-store = zarr.LMDBStore(path)
-root = zarr.open_group(store=store, mode="r")
-result = {
-    "data": root["grp/arr"][:].tolist(),
-    "attrs": root.attrs.asdict(),
-    "array_attrs": root["grp/arr"].attrs.asdict(),
-    "items": {key: bytes(store[key]).hex() for key in list(store.keys())},
-}
-store.close()
-"""
-
-
-def decode_array(contents: dict[str, bytes], path: str) -> np.ndarray:
-    """Decode a zarr v2 array from a dict of keys and values with zarr-python 3."""
-    import zarr
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.storage import MemoryStore
-
-    prototype = default_buffer_prototype()
-    memory = MemoryStore({k: prototype.buffer.from_bytes(v) for k, v in contents.items()})
-    return zarr.open_array(store=memory, path=path, zarr_format=2, mode="r")[:]
-
-
 def test_reads_what_zarr2_wrote(tmp_path, zarr2):
-    path = tmp_path / "z2.lmdb"
-    written = {k: bytes.fromhex(v) for k, v in zarr2.run(ZARR2_WRITE, path=str(path)).items()}
-    with LMDBStore(path, mode="r") as store:
-        contents = {key: store[key] for key in store}
-        assert contents == written
-        assert store.listdir() == [".zattrs", ".zgroup", "a_b", "grp"]
-        assert store.listdir("grp/arr")[:2] == [".zarray", ".zattrs"]
-    assert json.loads(contents[".zattrs"]) == {"title": "written by zarr 2"}
-    np.testing.assert_array_equal(
-        decode_array(contents, "grp/arr"), np.arange(600, dtype="<i4").reshape(20, 30)
-    )
+    check_reads_what_zarr2_wrote(zarr2, tmp_path / "z2.lmdb", "zarr.LMDBStore(path)", LMDBStore)
 
 
 def test_zarr2_reads_what_we_wrote(tmp_path, zarr2):
-    import zarr
-
-    memory: dict = {}
-    root = zarr.open_group(store=memory, zarr_format=2, mode="w")
-    root.attrs["title"] = "written by zstores"
-    arr = root.create_array("grp/arr", shape=(20, 30), chunks=(7, 8), dtype="<f8")
-    arr[:] = np.linspace(0, 1, 600).reshape(20, 30)
-    arr.attrs["unit"] = "s"
-    contents = {key: value.to_bytes() for key, value in memory.items()}
     path = tmp_path / "ours.lmdb"
-    with LMDBStore(path, map_size=64 * KiB) as store:
-        store.setitems(contents)
-    seen = zarr2.run(ZARR2_READ, path=str(path))
-    assert {k: bytes.fromhex(v) for k, v in seen["items"].items()} == contents
-    np.testing.assert_array_equal(np.array(seen["data"]), np.linspace(0, 1, 600).reshape(20, 30))
-    assert seen["attrs"] == {"title": "written by zstores"}
-    assert seen["array_attrs"] == {"unit": "s"}
+    contents = check_zarr2_reads_what_we_wrote(
+        zarr2, path, "zarr.LMDBStore(path)", lambda p: LMDBStore(p, map_size=64 * KiB))
     # zarr 2 reopened it with a 1 TiB writable map; we still open and read it.
     with LMDBStore(path, mode="r") as store:
         assert {key: store[key] for key in store} == contents

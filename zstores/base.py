@@ -33,7 +33,7 @@ from .errors import (
 )
 from .keys import child_name, normalize_key, normalize_storage_path, prefix_of
 
-__all__ = ["Store", "Mode", "MODES", "to_buffer", "children_by_seek"]
+__all__ = ["MODES", "Mode", "Store", "children_by_seek", "to_buffer"]
 
 Mode = Literal["r", "r+", "a", "w", "w-"]
 

@@ -30,8 +30,8 @@ from .keys import child_name, normalize_key, normalize_storage_path, prefix_of
 
 __all__ = [
     "ARRAY_META_KEY",
-    "GROUP_META_KEY",
     "ATTRS_KEY",
+    "GROUP_META_KEY",
     "BadCompressorError",
     "ContainsArrayError",
     "ContainsGroupError",

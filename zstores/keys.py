@@ -12,13 +12,13 @@ from __future__ import annotations
 from .errors import InvalidKeyError
 
 __all__ = [
-    "normalize_storage_path",
-    "normalize_key",
-    "prefix_of",
-    "prefix_upper_bound",
+    "check_utf8_key",
     "child_name",
     "is_chunk_key_segment",
-    "check_utf8_key",
+    "normalize_key",
+    "normalize_storage_path",
+    "prefix_of",
+    "prefix_upper_bound",
 ]
 
 

@@ -86,7 +86,7 @@ class DBMStore(Store):
         self,
         path: str | os.PathLike[str],
         *,
-        open: Callable[..., Any] = dbm.open,  # noqa: A002 - zarr-python 2's name
+        open: Callable[..., Any] = dbm.open,
         mode: Mode = "a",
         **open_kwargs: Any,
     ) -> None:

@@ -33,7 +33,7 @@ from ..base import Buffer, Mode, Store
 from ..errors import InvalidKeyError, KeyConflictError, StoreExistsError, StoreNotFoundError
 from ..keys import is_chunk_key_segment
 
-__all__ = ["DirectoryStore", "NestedDirectoryStore", "NAME_MAX", "TEMP_PREFIX"]
+__all__ = ["NAME_MAX", "TEMP_PREFIX", "DirectoryStore", "NestedDirectoryStore"]
 
 #: The longest file name, in bytes of UTF-8, that common file systems accept.
 NAME_MAX = 255

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..base import Buffer, Mode, Store
-from ..errors import InvalidKeyError, StoreConnectionError
+from ..errors import StoreConnectionError
 from ..keys import check_utf8_key
 from ..urls import redact_url
 from ._network import connection_error, network_errors_as, secrets_of

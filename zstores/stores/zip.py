@@ -102,7 +102,7 @@ class ZipStore(Store):
         path: str | os.PathLike[str],
         *,
         compression: int = zipfile.ZIP_STORED,
-        allowZip64: bool = True,  # noqa: N803 - zarr-python 2's spelling
+        allowZip64: bool = True,
         mode: Mode = "a",
     ) -> None:
         super().__init__(mode=mode)
