@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import missing_peer
-from test_sqlite import decode_array
+from zarr2_roundtrip import decode_array
 
 from zstores.errors import (
     InvalidKeyError,

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import missing_peer
-from test_sqlite import decode_array
+from zarr2_roundtrip import decode_array
 
 from zstores.errors import (
     ReadOnlyError,
@@ -28,8 +28,9 @@ from zstores.errors import (
     StoreNotFoundError,
     ValueTooLargeError,
 )
-from zstores.stores.redis import RedisStore, glob_escape, redact_url
+from zstores.stores.redis import RedisStore, glob_escape
 from zstores.testing import StoreTests
+from zstores.urls import redact_url
 
 redis = pytest.importorskip("redis")
 
