@@ -386,9 +386,6 @@ class MongoDBStore(Store):
     def _len(self) -> int:
         return self._docs.count_documents({})
 
-    def _clear(self) -> None:
-        self._rmdir("")
-
     # ------------------------------------------------------------- lifecycle
     def _close(self) -> None:
         if self._owns_client:

@@ -330,12 +330,6 @@ class RedisStore(Store):
             if isinstance(result, Exception) and "no such key" not in str(result).lower():
                 raise result
 
-    def _len(self) -> int:
-        return len(self._list_prefix(""))
-
-    def _clear(self) -> None:
-        self._rmdir("")
-
     # ------------------------------------------------------------- lifecycle
     def _close(self) -> None:
         if self._owns_client:
