@@ -93,6 +93,23 @@ class Adapter:
     _store: Store
     _owns_store: bool
 
+    @classmethod
+    def _checked_read_only(cls, store: Store, read_only: bool | None, hint: str = "") -> bool:
+        """Whether the adapter is read-only: as asked, else as ``store`` is; refuse a mismatch."""
+        if not isinstance(store, Store):
+            raise TypeError(
+                f"{cls.__name__} wraps a zstores.Store, not {type(store).__name__} "
+                "(zstores.zarr_store also takes a URL)"
+            )
+        if read_only is None:
+            return store.read_only
+        if not read_only and store.read_only:
+            raise ValueError(
+                f"{store!r} was opened read-only (mode 'r'), so it cannot back a writable "
+                f"{cls.__name__}{hint}"
+            )
+        return bool(read_only)
+
     @property
     def store(self) -> Store:
         """The wrapped ``zstores.Store``."""
@@ -125,21 +142,6 @@ class Adapter:
         store = self._store
         return hash((type(self), type(store), hash(store) if store.persistent else 0))
 
-
-
-def pickled_store(store: Store) -> tuple[Any, ...]:
-    """What an adapter pickles for its store: the store if in memory, else how to reopen it."""
-    if not store.persistent:
-        return (store,)
-    return (type(store), store._params(), store._mode_after_pickle())
-
-
-def unpickled_store(state: tuple[Any, ...]) -> Store:
-    """The store ``pickled_store`` described: a new handle on the same data."""
-    if len(state) == 1:
-        return state[0]  # type: ignore[no-any-return]
-    cls, params, mode = state
-    return cls(**params, mode=mode)  # type: ignore[no-any-return]
 
 
 def reopened(store: Store, mode: str | None = None) -> Store:

@@ -18,7 +18,7 @@ from ..base import Store
 from ..errors import ReadOnlyError
 from ..keys import normalize_storage_path
 from ..stores.directory import NestedDirectoryStore
-from . import Adapter, pickled_store, unpickled_store
+from . import Adapter
 
 __all__ = ["Zarr2Store"]
 
@@ -66,21 +66,9 @@ class Zarr2Store(Adapter, BaseStore):
         dimension_separator: str | None = None,
         owns_store: bool = False,
     ) -> None:
-        if not isinstance(store, Store):
-            raise TypeError(
-                f"Zarr2Store wraps a zstores.Store, not {type(store).__name__} "
-                "(zstores.zarr_store also takes a URL)"
-            )
-        if read_only is None:
-            read_only = store.read_only
-        elif not read_only and store.read_only:
-            raise ValueError(
-                f"{store!r} was opened read-only (mode 'r'), so it cannot back a writable "
-                "Zarr2Store"
-            )
+        self._read_only = self._checked_read_only(store, read_only)
         self._store = store
         self._owns_store = bool(owns_store)
-        self._read_only = bool(read_only)
         self._dimension_separator = _separator_for(store, dimension_separator)
 
     # -------------------------------------------------------- capabilities
@@ -182,8 +170,9 @@ class Zarr2Store(Adapter, BaseStore):
         return self._identity_hash()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_unpickle, (type(self), pickled_store(self._store), self._read_only,
-                            self._dimension_separator))
+        # The store pickles itself: a persistent one as how to reopen it, an
+        # in-memory one with its data.
+        return (_unpickle, (type(self), self._store, self._read_only, self._dimension_separator))
 
     def __repr__(self) -> str:
         return f"Zarr2Store({self._store!r}, read_only={self._read_only})"
@@ -202,8 +191,7 @@ def _separator_for(store: Store, separator: str | None) -> str | None:
     return separator
 
 
-def _unpickle(cls: type[Zarr2Store], state: tuple[Any, ...], read_only: bool,
+def _unpickle(cls: type[Zarr2Store], store: Store, read_only: bool,
               separator: str | None) -> Zarr2Store:
     # The unpickled store is a handle of its own: the adapter closes it.
-    return cls(unpickled_store(state), read_only=read_only, dimension_separator=separator,
-               owns_store=True)
+    return cls(store, read_only=read_only, dimension_separator=separator, owns_store=True)

@@ -33,7 +33,7 @@ from zarr.core.buffer.core import default_buffer_prototype
 
 from ..base import Store
 from ..errors import InvalidKeyError
-from . import Adapter, keys_with_prefix, pickled_store, reopened, size_under, unpickled_store
+from . import Adapter, keys_with_prefix, reopened, size_under
 
 __all__ = ["ZarrStore", "is_blocking"]
 
@@ -233,19 +233,9 @@ class ZarrStore(Adapter, ZarrABCStore):
 
     def __init__(self, store: Store, *, read_only: bool | None = None,
                  owns_store: bool = False) -> None:
-        if not isinstance(store, Store):
-            raise TypeError(
-                f"ZarrStore wraps a zstores.Store, not {type(store).__name__} "
-                "(zstores.zarr_store also takes a URL)"
-            )
-        if read_only is None:
-            read_only = store.read_only
-        elif not read_only and store.read_only:
-            raise ValueError(
-                f"{store!r} was opened read-only (mode 'r'), so it cannot back a writable "
-                "ZarrStore; open it with another mode or use with_read_only(False)"
-            )
-        super().__init__(read_only=bool(read_only))
+        read_only = self._checked_read_only(
+            store, read_only, "; open it with another mode or use with_read_only(False)")
+        super().__init__(read_only=read_only)
         self._store = store
         self._owns_store = bool(owns_store)
         self._blocking = is_blocking(store)
@@ -306,7 +296,9 @@ class ZarrStore(Adapter, ZarrABCStore):
         return self._identity_hash()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_unpickle, (type(self), pickled_store(self._store), self.read_only))
+        # The store pickles itself: a persistent one as how to reopen it, an
+        # in-memory one with its data.
+        return (_unpickle, (type(self), self._store, self.read_only))
 
     def __repr__(self) -> str:
         return f"ZarrStore({self._store!r}, read_only={self.read_only})"
@@ -512,6 +504,6 @@ def _key_size(store: Store, key: str) -> int:
     return store.getsize(key)
 
 
-def _unpickle(cls: type[ZarrStore], state: tuple[Any, ...], read_only: bool) -> ZarrStore:
+def _unpickle(cls: type[ZarrStore], store: Store, read_only: bool) -> ZarrStore:
     # The unpickled store is a handle of its own: the adapter closes it.
-    return cls(unpickled_store(state), read_only=read_only, owns_store=True)
+    return cls(store, read_only=read_only, owns_store=True)
