@@ -25,6 +25,40 @@ def missing_peer(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The test command's Redis server (ZSTORES_TEST_REDIS_URL), checked to answer."""
+    url = os.environ.get("ZSTORES_TEST_REDIS_URL")
+    if not url:
+        missing_peer("ZSTORES_TEST_REDIS_URL is not set: no Redis server (see scripts/services)")
+    import redis
+
+    from zstores.urls import redact_url
+
+    try:
+        redis.Redis.from_url(url).ping()
+    except redis.exceptions.RedisError as error:
+        missing_peer(f"the Redis server at {redact_url(url)} does not answer: {error}")
+    return url
+
+
+@pytest.fixture(scope="session")
+def mongodb_url() -> str:
+    """The test command's MongoDB-protocol server (ZSTORES_TEST_MONGODB_URL), checked to answer."""
+    url = os.environ.get("ZSTORES_TEST_MONGODB_URL")
+    if not url:
+        missing_peer("ZSTORES_TEST_MONGODB_URL is not set: no MongoDB server (see scripts/services)")
+    import pymongo
+
+    from zstores.urls import redact_url
+
+    try:
+        pymongo.MongoClient(url, serverSelectionTimeoutMS=5000).admin.command("ping")
+    except pymongo.errors.PyMongoError as error:
+        missing_peer(f"the MongoDB server at {redact_url(url)} does not answer: {error}")
+    return url
+
+
 class Zarr2:
     """Runs Python code in the zarr-python 2.18 environment.
 

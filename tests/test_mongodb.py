@@ -47,18 +47,6 @@ TIMEOUT = {"serverSelectionTimeoutMS": 5000}
 
 # ------------------------------------------------------------------ servers
 @pytest.fixture(scope="session")
-def mongodb_url() -> str:
-    url = os.environ.get("ZSTORES_TEST_MONGODB_URL")
-    if not url:
-        missing_peer("ZSTORES_TEST_MONGODB_URL is not set: no MongoDB server (see scripts/services)")
-    try:
-        pymongo.MongoClient(url, serverSelectionTimeoutMS=5000).admin.command("ping")
-    except pymongo.errors.PyMongoError as error:
-        missing_peer(f"the MongoDB server at {url} does not answer: {error}")
-    return url
-
-
-@pytest.fixture(scope="session")
 def server_is_nx(mongodb_url) -> bool:
     """True when the server is nx-27017 (it names itself in buildInfo), not a mongod."""
     client = pymongo.MongoClient(mongodb_url, **TIMEOUT)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import pickle
 import shutil
 import socket
@@ -38,18 +37,6 @@ MiB = 1 << 20
 
 
 # ------------------------------------------------------------------ servers
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    url = os.environ.get("ZSTORES_TEST_REDIS_URL")
-    if not url:
-        missing_peer("ZSTORES_TEST_REDIS_URL is not set: no Redis server (see scripts/services)")
-    try:
-        redis.Redis.from_url(url).ping()
-    except redis.exceptions.RedisError as error:
-        missing_peer(f"the Redis server at {redact_url(url)} does not answer: {error}")
-    return url
-
-
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -7,7 +7,6 @@ chunk-unaligned regions that share chunks, as zarr-python 2's own test did
 
 from __future__ import annotations
 
-import inspect
 import json
 import multiprocessing
 import os
@@ -22,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sync_workers as workers
-from conftest import missing_peer
 
 from zstores.errors import StoreConnectionError
 from zstores.stores.dbm import DBMStore
@@ -69,20 +67,6 @@ def run_all(pool, function, arguments: list[tuple]) -> list:
     return pool.starmap_async(function, arguments).get(WAIT)
 
 
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    url = os.environ.get("ZSTORES_TEST_REDIS_URL")
-    if not url:
-        missing_peer("ZSTORES_TEST_REDIS_URL is not set: no Redis server (see scripts/services)")
-    import redis
-
-    try:
-        redis.Redis.from_url(url).ping()
-    except redis.exceptions.RedisError as error:
-        missing_peer(f"the Redis server at {url} does not answer: {error}")
-    return url
-
-
 def unique(name: str) -> str:
     return f"{name}_{uuid.uuid4().hex[:12]}"  # also a valid MongoDB name
 
@@ -105,19 +89,14 @@ def open_backend(name: str, tmp_path: Path, request: pytest.FixtureRequest):
 
         return RedisStore(request.getfixturevalue("redis_url"), prefix=unique("sync"), mode="w")
     if name == "mongodb":
-        return open_mongodb()
+        return open_mongodb(request.getfixturevalue("mongodb_url"))
     raise AssertionError(name)
 
 
-def open_mongodb():
-    url = os.environ.get("ZSTORES_TEST_MONGODB_URL")
-    if not url:
-        missing_peer("ZSTORES_TEST_MONGODB_URL is not set: no MongoDB server (see scripts/services)")
-    module = pytest.importorskip("zstores.stores.mongodb", reason="MongoDBStore is not written yet")
-    cls = module.MongoDBStore
-    names = inspect.signature(cls).parameters
-    options = {key: unique("sync") for key in ("database", "collection", "prefix") if key in names}
-    return cls(url, mode="w", **options)
+def open_mongodb(url: str):
+    from zstores.stores.mongodb import MongoDBStore
+
+    return MongoDBStore(url, mode="w", database=unique("sync"), collection=unique("sync"))
 
 
 def make_array(store, shape, chunks, fill_value=-1, **kwargs):

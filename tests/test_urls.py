@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import dbm.dumb
-import os
 import zipfile
 
 import pytest
-from conftest import missing_peer
 
 from zstores.adapters import zarr_store
 from zstores.errors import StoreNotFoundError
@@ -210,10 +208,8 @@ def test_errors_never_show_passwords(url):
 
 
 # ---------------------------------------------------------- network stores
-def test_redis_url_reaches_the_client_without_zstores_options():
-    url = os.environ.get("ZSTORES_TEST_REDIS_URL")
-    if not url:
-        missing_peer("ZSTORES_TEST_REDIS_URL is not set: no redis server to test against")
+def test_redis_url_reaches_the_client_without_zstores_options(redis_url):
+    url = redis_url
     import redis
 
     joiner = "&" if "?" in url else "?"
@@ -229,10 +225,8 @@ def test_redis_url_reaches_the_client_without_zstores_options():
         open_store(url.replace("redis", "redix", 1))
 
 
-def test_redis_repr_hides_the_password():
-    url = os.environ.get("ZSTORES_TEST_REDIS_URL")
-    if not url:
-        missing_peer("ZSTORES_TEST_REDIS_URL is not set: no redis server to test against")
+def test_redis_repr_hides_the_password(redis_url):
+    url = redis_url
     secret_url = url.replace("redis://", "redis://user:s3cret@", 1)
     store = open_store(f"{secret_url}{'&' if '?' in url else '?'}prefix=p")
     assert "s3cret" not in repr(store)
