@@ -315,14 +315,8 @@ class ZarrStore(Adapter, ZarrABCStore):
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         """The value of ``key`` (or a byte range of it), or None if it is missing."""
-        store = self._ready()
-        if byte_range is None:
-            data = await self._run(_read, store, key)
-        else:
-            data = await self._run(_read_range, store, key, *_range_args(byte_range))
-        if data is None:
-            return None
-        return (prototype or default_buffer_prototype()).buffer.from_bytes(data)
+        data = await self._run(_read_span, self._ready(), key, _span_of(byte_range))
+        return _as_buffer(data, prototype)
 
     def get_sync(
         self,
@@ -332,14 +326,7 @@ class ZarrStore(Adapter, ZarrABCStore):
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         """``get`` without the event loop: a direct call into the store."""
-        store = self._ready()
-        if byte_range is None:
-            data = _read(store, key)
-        else:
-            data = _read_range(store, key, *_range_args(byte_range))
-        if data is None:
-            return None
-        return (prototype or default_buffer_prototype()).buffer.from_bytes(data)
+        return _as_buffer(_read_span(self._ready(), key, _span_of(byte_range)), prototype)
 
     async def get_partial_values(
         self,
@@ -347,12 +334,9 @@ class ZarrStore(Adapter, ZarrABCStore):
         key_ranges: Iterable[tuple[str, ByteRequest | None]],
     ) -> list[Buffer | None]:
         """Many values or ranges in one call into the store."""
-        requests = [
-            (key, None if byte_range is None else _range_args(byte_range))
-            for key, byte_range in key_ranges
-        ]
+        requests = [(key, _span_of(byte_range)) for key, byte_range in key_ranges]
         values = await self._run(_read_all, self._ready(), requests)
-        return [None if data is None else prototype.buffer.from_bytes(data) for data in values]
+        return [_as_buffer(data, prototype) for data in values]
 
     async def _get_many(
         self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
@@ -362,8 +346,7 @@ class ZarrStore(Adapter, ZarrABCStore):
         found = await self._run(self._ready().getitems, whole) if whole else {}
         for key, prototype, byte_range in requests:
             if byte_range is None:
-                data = found.get(key)
-                yield key, None if data is None else prototype.buffer.from_bytes(data)
+                yield key, _as_buffer(found.get(key), prototype)
             else:
                 yield key, await self.get(key, prototype, byte_range)
 
@@ -486,11 +469,25 @@ def _read_range(store: Store, key: str, start: int, length: int | None) -> bytes
         return None
 
 
+def _read_span(store: Store, key: str, span: tuple[int, int | None] | None) -> bytes | None:
+    """The whole value (``span`` None) or ``(start, length)`` of it; None if missing."""
+    return _read(store, key) if span is None else _read_range(store, key, *span)
+
+
+def _span_of(byte_range: ByteRequest | None) -> tuple[int, int | None] | None:
+    return None if byte_range is None else _range_args(byte_range)
+
+
+def _as_buffer(data: bytes | None, prototype: BufferPrototype | None) -> Buffer | None:
+    if data is None:
+        return None
+    return (prototype or default_buffer_prototype()).buffer.from_bytes(data)
+
+
 def _read_all(
     store: Store, requests: list[tuple[str, tuple[int, int | None] | None]]
 ) -> list[bytes | None]:
-    return [_read(store, key) if span is None else _read_range(store, key, *span)
-            for key, span in requests]
+    return [_read_span(store, key, span) for key, span in requests]
 
 
 def _set_if_missing(store: Store, key: str, value: Any) -> None:
