@@ -117,6 +117,15 @@ def run_zfuse(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[st
                           check=False)
 
 
+@pytest.fixture
+def mountpoint(tmp_path: Path) -> Path:
+    """An empty folder to mount on (FUSE required)."""
+    require_fuse()
+    path = tmp_path / "mnt"
+    path.mkdir()
+    return path
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_mount_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Fail the session if a test left a zfuse mount under the session's temp folders."""

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-from fuse_helpers import no_mount_left_behind, require_fuse
+from fuse_helpers import mountpoint, no_mount_left_behind, require_fuse
 
 import zfuse
 from zstores import MemoryStore
 
-__all__ = ["no_mount_left_behind"]
+__all__ = ["mountpoint", "no_mount_left_behind"]
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,14 +51,6 @@ class CountingStore(MemoryStore):
     def _listdir(self, prefix: str):  # type: ignore[override]
         self.probes.append(prefix)
         return super()._listdir(prefix)
-
-
-@pytest.fixture
-def mountpoint(tmp_path: Path) -> Path:
-    require_fuse()
-    path = tmp_path / "mnt"
-    path.mkdir()
-    return path
 
 
 def test_large_value_is_read_in_ranges_not_whole_per_piece(mountpoint: Path) -> None:

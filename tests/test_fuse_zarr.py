@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import missing_peer
-from fuse_helpers import no_mount_left_behind, require_fuse
+from fuse_helpers import mountpoint, no_mount_left_behind
 
 import zfuse
 from zstores.stores.lmdb import LMDBStore
 from zstores.stores.sqlite import SQLiteStore
 
-__all__ = ["no_mount_left_behind"]
+__all__ = ["mountpoint", "no_mount_left_behind"]
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -37,14 +37,6 @@ def _files(root: Path) -> dict[str, bytes]:
 
 def _digest(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
-
-
-@pytest.fixture
-def mountpoint(tmp_path: Path) -> Path:
-    require_fuse()
-    path = tmp_path / "mnt"
-    path.mkdir()
-    return path
 
 
 def test_cp_r_of_a_zarr_folder_into_a_mounted_lmdb_store(tmp_path: Path, mountpoint: Path,
