@@ -18,6 +18,12 @@ user would) and measured against its reference in the same run:
   still holds names, attributes and unchanged pages (1 s attribute timeout);
 * ``ls`` of a directory of 100,000 keys (target < 2 s).
 
+Sequential reads and ``ls`` use the default mount (read-write).  Small files
+and zarr are measured through it and again through two fresh read-only
+mounts: ``--read-only`` (no file handles: libfuse answers ``close``) and
+``--read-only -o kernel_cache`` (libfuse answers ``open`` too; for data
+nobody else changes while mounted).
+
 Every number is the median of ``--rounds`` rounds.  ``--record`` writes the
 table between ``<!-- bench_fuse:begin -->`` and ``<!-- bench_fuse:end -->`` in
 docs/benchmarks.md (appending the markers if missing) and touches nothing else.
@@ -48,6 +54,12 @@ ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- bench_fuse:begin -->", "<!-- bench_fuse:end -->"
 ZFUSE = [sys.executable, "-m", "zfuse"]
 MIB = 1 << 20
+# Besides the default (read-write) mount, small files and zarr are read
+# through these, each a fresh mount (nothing cached).
+READ_ONLY_MOUNTS = {
+    "read-only": ("--read-only",),
+    "read-only kernel_cache": ("--read-only", "-o", "kernel_cache"),
+}
 
 
 @dataclass
@@ -122,8 +134,8 @@ def write_zarr_array(store: Any) -> None:
 
 
 # ------------------------------------------------------------------ mounts
-def mount(url: str, mountpoint: Path) -> None:
-    done = subprocess.run([*ZFUSE, "mount", url, str(mountpoint)], capture_output=True,
+def mount(url: str, mountpoint: Path, options: tuple[str, ...] = ()) -> None:
+    done = subprocess.run([*ZFUSE, "mount", *options, url, str(mountpoint)], capture_output=True,
                           text=True, timeout=120, check=False)
     if done.returncode != 0:
         raise SystemExit(f"mount failed: {done.stderr}")
@@ -198,10 +210,6 @@ def open_read_close(folder: Path, files: int) -> None:
 
 def bench_backend(kind: str, args: argparse.Namespace, work: Path,
                   anchor_rates: tuple[float, float]) -> list[Row]:
-    import zarr
-
-    from zstores.adapters.zarr3 import ZarrStore
-
     label = {"lmdb": "LMDB", "directory": "Directory"}[kind]
     folder = work / kind
     folder.mkdir()
@@ -226,27 +234,7 @@ def bench_backend(kind: str, args: argparse.Namespace, work: Path,
                             f"{size / seconds / MIB:,.0f} MiB/s",
                             f"{size / direct / MIB:,.0f} MiB/s in-process",
                             f"{direct / seconds:.2f}x", ">= 0.5x"))
-        print(f"[{label}] small files ...", file=sys.stderr)
-        small = mountpoint / "small"
-        rates = [args.files / t for t in cold_and_warm(lambda: open_read_close(small, args.files),
-                                                        rounds)]
-        for name, rate, anchor in zip(("cold", "warm"), rates, anchor_rates):
-            rows.append(Row(label, f"open/read/close {args.files:,} x {args.file_kib} KiB, {name}",
-                            f"{rate:,.0f} files/s", f"{anchor:,.0f} files/s plain mfusepy",
-                            f"{rate / anchor:.2f}x", ">= 5,000 files/s"))
-        print(f"[{label}] zarr ...", file=sys.stderr)
-        direct_array = zarr.open_array(store=ZarrStore(store), path="zarr/arr", mode="r")
-        via_store = median_time(lambda: direct_array[...], rounds)
-
-        def through_mount() -> None:
-            local = zarr.storage.LocalStore(mountpoint, read_only=True)
-            zarr.open_array(store=local, path="zarr/arr", mode="r")[...]
-
-        for name, via_mount in zip(("cold", "warm"), cold_and_warm(through_mount, rounds)):
-            rows.append(Row(label, f"zarr-python: whole 2048x2048 float32 array "
-                            f"(256 chunks), {name}", f"{via_mount * 1000:,.0f} ms",
-                            f"{via_store * 1000:,.0f} ms store directly",
-                            f"{via_mount / via_store:.2f}x slower", "within 2x"))
+        rows += files_and_zarr(label, "read-write", mountpoint, store, args, anchor_rates)
         print(f"[{label}] ls ...", file=sys.stderr)
         listing = median_time(lambda: subprocess.run(["ls", str(mountpoint / "many")],
                                                       stdout=subprocess.DEVNULL, check=True),
@@ -254,7 +242,50 @@ def bench_backend(kind: str, args: argparse.Namespace, work: Path,
         rows.append(Row(label, f"ls of {args.keys:,} keys", f"{listing:.2f} s", "", "", "< 2 s"))
     finally:
         unmount(mountpoint)
+    try:
+        for mount_kind, options in READ_ONLY_MOUNTS.items():
+            mount(url, mountpoint, options)
+            try:
+                rows += files_and_zarr(label, mount_kind, mountpoint, store, args, anchor_rates)
+            finally:
+                unmount(mountpoint)
+    finally:
         store.close()
+    return rows
+
+
+def files_and_zarr(label: str, kind: str, mountpoint: Path, store: Any,
+                   args: argparse.Namespace, anchor_rates: tuple[float, float]) -> list[Row]:
+    """Many small files and a zarr array read through one mount."""
+    import zarr
+
+    from zstores.adapters.zarr3 import ZarrStore
+
+    rows = []
+    rounds = args.rounds
+    print(f"[{label}] small files, {kind} mount ...", file=sys.stderr)
+    small = mountpoint / "small"
+    rates = [args.files / t for t in cold_and_warm(lambda: open_read_close(small, args.files),
+                                                    rounds)]
+    for name, rate, anchor in zip(("cold", "warm"), rates, anchor_rates):
+        rows.append(Row(label, f"open/read/close {args.files:,} x {args.file_kib} KiB, "
+                        f"{name}, {kind} mount", f"{rate:,.0f} files/s",
+                        f"{anchor:,.0f} files/s plain mfusepy", f"{rate / anchor:.2f}x",
+                        ">= 5,000 files/s"))
+    print(f"[{label}] zarr, {kind} mount ...", file=sys.stderr)
+    # Both sides open the array (read its metadata) and read it, as a reader would.
+    via_store = median_time(
+        lambda: zarr.open_array(store=ZarrStore(store), path="zarr/arr", mode="r")[...], rounds)
+
+    def through_mount() -> None:
+        local = zarr.storage.LocalStore(mountpoint, read_only=True)
+        zarr.open_array(store=local, path="zarr/arr", mode="r")[...]
+
+    for name, via_mount in zip(("cold", "warm"), cold_and_warm(through_mount, rounds)):
+        rows.append(Row(label, f"zarr-python: whole 2048x2048 float32 array "
+                        f"(256 chunks), {name}, {kind} mount", f"{via_mount * 1000:,.0f} ms",
+                        f"{via_store * 1000:,.0f} ms store directly",
+                        f"{via_mount / via_store:.2f}x slower", "within 2x"))
     return rows
 
 

@@ -19,6 +19,7 @@ import pytest
 from fuse_helpers import mountpoint, no_mount_left_behind, require_fuse
 
 import zfuse
+from zfuse.operations import ReadOnlyOperations
 from zstores import MemoryStore
 
 __all__ = ["mountpoint", "no_mount_left_behind"]
@@ -53,31 +54,88 @@ class CountingStore(MemoryStore):
         return super()._listdir(prefix)
 
 
-def test_large_value_is_read_in_ranges_not_whole_per_piece(mountpoint: Path) -> None:
+# A read-only mount serves reads by path, without handles (ReadOnlyOperations).
+read_only_or_not = pytest.mark.parametrize("read_only", [False, True], ids=["rw", "ro"])
+
+
+@read_only_or_not
+def test_large_value_is_read_in_ranges_not_whole_per_piece(mountpoint: Path,
+                                                            read_only: bool) -> None:
     store = CountingStore()
     data = os.urandom(24 << 20)
     store["big"] = data
-    with zfuse.mounted(store, mountpoint) as m:
-        fd = os.open(Path(m.path) / "big", os.O_RDONLY)
-        try:
-            pieces = [os.pread(fd, 128 << 10, offset) for offset in range(0, len(data), 128 << 10)]
-        finally:
-            os.close(fd)
-    assert b"".join(pieces) == data
-    assert store.whole_reads == []
-    fetched = sum(min(n or len(data), len(data) - start) for _, start, n in store.range_reads)
-    assert len(data) <= fetched <= 2 * len(data)
-    assert len(store.range_reads) < len(pieces) // 4  # sequential reads get growing windows
+    with zfuse.mounted(store, mountpoint, read_only=read_only) as m:
+        for _ in range(2):  # a second reader starts its own sequential run
+            store.range_reads.clear()
+            drop_page_cache(Path(m.path) / "big")
+            fd = os.open(Path(m.path) / "big", os.O_RDONLY)
+            try:
+                pieces = [os.pread(fd, 128 << 10, offset)
+                          for offset in range(0, len(data), 128 << 10)]
+            finally:
+                os.close(fd)
+            assert b"".join(pieces) == data
+            assert store.whole_reads == []
+            fetched = sum(min(n or len(data), len(data) - start)
+                          for _, start, n in store.range_reads)
+            assert len(data) <= fetched <= 2 * len(data)
+            assert len(store.range_reads) < len(pieces) // 4  # growing windows
 
 
-def test_store_without_range_reads_is_fetched_once_per_open(mountpoint: Path) -> None:
+def drop_page_cache(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+@read_only_or_not
+def test_store_without_range_reads_is_fetched_once_per_open(mountpoint: Path,
+                                                            read_only: bool) -> None:
     store = CountingStore(ranged=False)
     store["v"] = os.urandom(3 << 20)
-    with (zfuse.mounted(store, mountpoint, attr_timeout=0) as m,
-          open(Path(m.path) / "v", "rb", buffering=0) as f):
-        while f.read(128 << 10):
-            pass
-    assert store.whole_reads == ["v"] and store.range_reads == []
+    with zfuse.mounted(store, mountpoint, attr_timeout=0, read_only=read_only) as m:
+        for _ in range(2):
+            with open(Path(m.path) / "v", "rb", buffering=0) as f:
+                while f.read(128 << 10):
+                    pass
+    assert store.whole_reads == ["v", "v"] and store.range_reads == []
+
+
+@read_only_or_not
+def test_a_file_read_again_within_attr_timeout_comes_from_the_page_cache(
+        mountpoint: Path, read_only: bool) -> None:
+    store = CountingStore()
+    store["k"] = os.urandom(1 << 20)
+    with zfuse.mounted(store, mountpoint, attr_timeout=30, read_only=read_only) as m:
+        path = Path(m.path) / "k"
+        assert path.read_bytes() == store["k"]
+        reads = len(store.range_reads)
+        assert path.read_bytes() == store["k"]
+        assert len(store.range_reads) == reads > 0
+
+
+def test_read_only_mount_with_kernel_cache_leaves_open_and_close_to_libfuse(
+        mountpoint: Path) -> None:
+    store = CountingStore()
+    store.update({f"f/{i}": os.urandom(70_000) for i in range(20)})
+    options = {"kernel_cache": True}
+    with zfuse.mounted(store, mountpoint, attr_timeout=0, read_only=True,
+                       fuse_options_extra=options) as m:
+        ops = m.operations
+        assert isinstance(ops, ReadOnlyOperations)
+        assert ops.open is None and ops.release is None and ops.flush is None
+        rounds = []
+        for _ in range(2):  # the second round is served by the kernel alone
+            for i in range(20):
+                assert (Path(m.path) / "f" / str(i)).read_bytes() == store[f"f/{i}"]
+            rounds.append(len(store.range_reads))
+            store.range_reads.clear()
+        assert rounds[0] >= 20 and rounds[1] == 0
+        with pytest.raises(OSError) as failed:
+            open(Path(m.path) / "f" / "0", "r+b")
+        assert failed.value.errno == errno.EROFS
 
 
 def test_missing_keys_probed_again_cost_no_round_trip_until_created(mountpoint: Path) -> None:
@@ -134,10 +192,12 @@ def test_removing_the_last_key_keeps_its_folders_until_rmdir(mountpoint: Path) -
         assert os.listdir(root) == []
 
 
-def test_changes_made_to_the_store_show_after_attr_timeout(mountpoint: Path) -> None:
+@read_only_or_not
+def test_changes_made_to_the_store_show_after_attr_timeout(mountpoint: Path,
+                                                           read_only: bool) -> None:
     store = MemoryStore()
     store["k"] = b"first"
-    with zfuse.mounted(store, mountpoint, attr_timeout=0.2) as m:
+    with zfuse.mounted(store, mountpoint, attr_timeout=0.2, read_only=read_only) as m:
         path = Path(m.path) / "k"
         assert path.read_bytes() == b"first"
         store["k"] = b"FIRST"  # the same size: only the timeout can reveal it

@@ -325,7 +325,7 @@ class Handle:
             self.ahead = 0
         want = max(size, self.ahead)
         data = store.get_range(self.file.key, offset, want)
-        at_end = len(data) < want
-        if want > size or at_end:
-            self.window = (offset, data, at_end)
+        # Kept even when it holds no more than was asked for: it marks where
+        # this reader is, so a new sequential run starting here is seen as one.
+        self.window = (offset, data, len(data) < want)
         return data, 0, min(size, len(data))

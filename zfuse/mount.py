@@ -25,7 +25,7 @@ from typing import Any, Self
 
 from zstores import Store, ZStoresError
 
-from .operations import BLOCK_SIZE, StoreOperations
+from .operations import BLOCK_SIZE, StoreOperations, operations_for
 
 __all__ = [
     "Mount",
@@ -228,7 +228,9 @@ def _fuse_class() -> type:
             return 0
 
         def read(self, path: bytes | None, buf: Any, size: int, offset: int, fip: Any) -> int:
-            data, start, length = self.operations.read_view(size, offset, fip.contents)
+            data, start, length = self.operations.read_view(
+                None if path is None else path.decode(self.encoding, self.errors),
+                size, offset, fip.contents if fip else None)
             if type(data) is not bytes:  # a backend returned another buffer type
                 data, start = bytes(data[start:start + length]), 0
             if length:
@@ -359,6 +361,10 @@ def mount(
         ``user_allow_other`` in /etc/fuse.conf).
     fuse_options_extra : mapping, optional
         More libfuse ``-o`` options (``{"name": value}``, ``True`` for flags).
+        With ``kernel_cache`` (or ``auto_cache``) on a read-only mount, libfuse
+        alone answers ``open`` and ``close``: warm files are served by the
+        kernel without the daemon, but changes made to the store by others may
+        not show while the file stays in the page cache.
     fsname : str
         What ``df`` and /proc/mounts show as the mount's source.
     on_ready : callable, optional
@@ -387,10 +393,13 @@ def mount(
     path = check_mountpoint(mountpoint)
     if store.closed:
         raise MountError(f"cannot mount {store!r}: the store is closed")
-    operations = StoreOperations(store, read_only=read_only, attr_timeout=attr_timeout,
-                                 on_ready=on_ready)
+    extra = dict(fuse_options_extra or {})
+    operations = operations_for(store, read_only=read_only, attr_timeout=attr_timeout,
+                                kernel_cache=bool(extra.get("kernel_cache") or
+                                                  extra.get("auto_cache")),
+                                on_ready=on_ready)
     options = fuse_options(read_only=operations.read_only, attr_timeout=attr_timeout,
-                           allow_other=allow_other, fsname=fsname, extra=fuse_options_extra)
+                           allow_other=allow_other, fsname=fsname, extra=extra)
 
     def serve() -> None:
         try:

@@ -30,6 +30,7 @@ import os
 import stat
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -46,7 +47,8 @@ from zstores.errors import (
 
 from .handles import Handle, OpenFile
 
-__all__ = ["BLOCK_SIZE", "Attrs", "StoreOperations", "errno_for"]
+__all__ = ["BLOCK_SIZE", "Attrs", "ReadOnlyOperations", "StoreOperations", "errno_for",
+           "operations_for"]
 
 log = logging.getLogger("zfuse")
 
@@ -77,6 +79,9 @@ _MAX_FLAT = 10_000
 
 # Entries in the attribute cache before expired ones are swept out.
 _MAX_CACHED = 200_000
+
+# A read-only mount keeps the read window of this many recently read keys.
+_MAX_READERS = 16
 
 # A nominal capacity for statfs: key/value stores have no fixed size.
 _NOMINAL_BYTES = 1 << 50
@@ -299,10 +304,6 @@ class StoreOperations(mfusepy.Operations):
         self._page_cache: dict[str, float] = {}  # key -> until when its pages may be kept
         self._flat: dict[str, None] = {}  # big folders of keys, listed by one scan
         self._witness: dict[str, str] = {}  # folder -> a key seen below it
-        if self.read_only:
-            # Nothing to write back on close: without a flush callback the
-            # kernel stops sending FLUSH, which makes every close() cheaper.
-            self.flush = None  # type: ignore[assignment]
 
     # ------------------------------------------------------------ identity
     def _now(self) -> int:
@@ -681,7 +682,7 @@ class StoreOperations(mfusepy.Operations):
             file.refs += 1
         return Handle(file, flags, ranged=self._ranged)
 
-    def _keep_cache(self, key: str, file: OpenFile) -> int:
+    def _keep_cache(self, key: str, file: OpenFile | None) -> int:
         """Whether the kernel may keep the pages it cached at an earlier open.
 
         For at most ``attr_timeout`` after the pages were loaded (the same
@@ -690,7 +691,7 @@ class StoreOperations(mfusepy.Operations):
         memory, so an ``open`` costs no store round trip.
         """
         cache = self._page_cache
-        if file.pending or self.attr_timeout <= 0:
+        if (file is not None and file.pending) or self.attr_timeout <= 0:
             cache.pop(key, None)
             return 0
         now = time.monotonic()
@@ -707,7 +708,8 @@ class StoreOperations(mfusepy.Operations):
         return self._handles[fi.fh].read(self.store, size, offset)
 
     @_operation
-    def read_view(self, size: int, offset: int, fi: Any) -> tuple[bytes, int, int]:
+    def read_view(self, path: str | None, size: int, offset: int, fi: Any
+                  ) -> tuple[bytes, int, int]:
         """``read`` without the copy: ``(data, start, length)`` (see ``Handle.read_view``)."""
         return self._handles[fi.fh].read_view(self.store, size, offset)
 
@@ -985,3 +987,122 @@ class StoreOperations(mfusepy.Operations):
     def _exists(self, path: str | None) -> None:
         if path is not None:
             self._stat(path[1:])
+
+
+class ReadOnlyOperations(StoreOperations):
+    """The operations of a mount that never writes: no file handles at all.
+
+    With nothing to write back, ``close`` has nothing to do, so libfuse
+    answers ``flush`` and ``release`` itself without calling into Python, and
+    reads find their key by path.  ``open`` only tells the kernel whether it
+    may keep the pages it read before (for ``attr_timeout``, as on a
+    read-write mount).  With ``kernel_cache`` even ``open`` is left to
+    libfuse, whose ``kernel_cache`` (or ``auto_cache``) option then decides:
+    a warm file is served entirely by the kernel, but changes made to the
+    store by others may not show until the file drops out of the page cache.
+
+    Sequential readers of a key share one read window (see ``Handle``), kept
+    for the ``_MAX_READERS`` keys read most recently.
+
+    Parameters
+    ----------
+    store : Store
+        Any zstores store; it must stay open while mounted.
+    attr_timeout : float
+        Seconds metadata (and, for unchanged values, file contents) may be
+        served from caches before the store is asked again.
+    kernel_cache : bool
+        Leave ``open`` to libfuse (mount with its ``kernel_cache`` or
+        ``auto_cache`` option); only for stores nobody else changes while mounted.
+    on_ready : callable, optional
+        Called once, when the kernel has connected the mount.
+
+    Examples
+    --------
+    >>> from zstores import MemoryStore
+    >>> store = MemoryStore()
+    >>> store["arr/0"] = b"chunk"
+    >>> ops = ReadOnlyOperations(store)
+    >>> ops.read("/arr/0", 3, 1, None), ops.release is None
+    (b'hun', True)
+    """
+
+    # libfuse hands reads the path: there is no handle to find the key by.
+    flag_nopath = 0
+    flush = None  # type: ignore[assignment]
+    release = None  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        attr_timeout: float = 1.0,
+        kernel_cache: bool = False,
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(store, read_only=True, attr_timeout=attr_timeout, on_ready=on_ready)
+        self._readers: OrderedDict[str, Handle] = OrderedDict()
+        self._readers_lock = threading.Lock()
+        if kernel_cache:
+            self.open = None  # type: ignore[assignment]
+
+    @_operation
+    def open(self, path: str, fi: Any) -> int:
+        if fi.flags & os.O_ACCMODE != os.O_RDONLY:
+            raise _fail(errno.EROFS)
+        key = path[1:]
+        fi.keep_cache = keep = self._keep_cache(key, None)
+        if not keep:  # the kernel reads afresh: so does the mount
+            with self._readers_lock:
+                self._readers.pop(key, None)
+        return 0
+
+    @_operation
+    def read(self, path: str | None, size: int, offset: int, fi: Any) -> bytes:
+        return self._reader(path).read(self.store, size, offset)
+
+    @_operation
+    def read_view(self, path: str | None, size: int, offset: int, fi: Any
+                  ) -> tuple[bytes, int, int]:
+        return self._reader(path).read_view(self.store, size, offset)
+
+    def _reader(self, path: str | None) -> Handle:
+        """The read window shared by the readers of ``path``'s key."""
+        if path is None:
+            raise _fail(errno.EBADF)
+        key = path[1:]
+        readers = self._readers
+        with self._readers_lock:
+            reader = readers.get(key)
+            if reader is None:
+                reader = readers[key] = Handle(OpenFile(key), os.O_RDONLY, ranged=self._ranged)
+                if len(readers) > _MAX_READERS:
+                    readers.popitem(last=False)
+            else:
+                readers.move_to_end(key)
+        return reader
+
+
+def operations_for(
+    store: Store,
+    *,
+    read_only: bool = False,
+    attr_timeout: float = 1.0,
+    kernel_cache: bool = False,
+    on_ready: Callable[[], None] | None = None,
+) -> StoreOperations:
+    """The operations for a mount of ``store``: read-only ones when nothing may change.
+
+    ``kernel_cache`` (libfuse decides what the kernel keeps) matters only
+    to a read-only mount, which then leaves ``open`` to libfuse too.
+
+    Examples
+    --------
+    >>> from zstores import MemoryStore
+    >>> type(operations_for(MemoryStore(), read_only=True)).__name__
+    'ReadOnlyOperations'
+    """
+    if read_only or store.read_only:
+        return ReadOnlyOperations(store, attr_timeout=attr_timeout, kernel_cache=kernel_cache,
+                                  on_ready=on_ready)
+    return StoreOperations(store, attr_timeout=attr_timeout, on_ready=on_ready)
