@@ -11,6 +11,9 @@ Everything public is re-exported here; nothing else lives in this module.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .adapters import zarr_store
 from .base import MODES, Store
 from .errors import (
@@ -30,19 +33,6 @@ from .errors import (
     ValueTooLargeError,
     ZStoresError,
 )
-from .hierarchy import (
-    ContainsArrayError,
-    ContainsGroupError,
-    contains_array,
-    contains_group,
-    getsize,
-    init_array,
-    init_group,
-    listdir,
-    migrate_1to2,
-    rename,
-    rmdir,
-)
 from .keys import normalize_storage_path
 from .stores.dbm import DBMStore
 from .stores.directory import DirectoryStore, NestedDirectoryStore
@@ -52,17 +42,56 @@ from .stores.mongodb import MongoDBStore
 from .stores.redis import RedisStore
 from .stores.sqlite import SQLiteStore
 from .stores.zip import ZipStore
-from .sync import (
-    ProcessSynchronizer,
-    RedisSynchronizer,
-    SynchronizedArray,
-    ThreadSynchronizer,
-    synchronized,
-)
 from .urls import StoreURLError, open_store
-from .wrappers import LRUStoreCache, consolidate_metadata, open_consolidated
 
 __version__ = "0.1.0"
+
+# Imported on first use: they pull in numpy and numcodecs (or fasteners),
+# which would more than double the start-up of the zstores and zfuse commands.
+_LAZY = {
+    **dict.fromkeys(["ContainsArrayError", "ContainsGroupError", "contains_array",
+                     "contains_group", "getsize", "init_array", "init_group", "listdir",
+                     "migrate_1to2", "rename", "rmdir"], "hierarchy"),
+    **dict.fromkeys(["ProcessSynchronizer", "RedisSynchronizer", "SynchronizedArray",
+                     "ThreadSynchronizer", "synchronized"], "sync"),
+    **dict.fromkeys(["LRUStoreCache", "consolidate_metadata", "open_consolidated"], "wrappers"),
+}
+
+if TYPE_CHECKING:
+    from .hierarchy import (
+        ContainsArrayError,
+        ContainsGroupError,
+        contains_array,
+        contains_group,
+        getsize,
+        init_array,
+        init_group,
+        listdir,
+        migrate_1to2,
+        rename,
+        rmdir,
+    )
+    from .sync import (
+        ProcessSynchronizer,
+        RedisSynchronizer,
+        SynchronizedArray,
+        ThreadSynchronizer,
+        synchronized,
+    )
+    from .wrappers import LRUStoreCache, consolidate_metadata, open_consolidated
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 __all__ = [
     "MODES",
