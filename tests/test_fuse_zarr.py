@@ -68,8 +68,11 @@ def test_cp_r_of_a_zarr_folder_into_a_mounted_lmdb_store(tmp_path: Path, mountpo
     assert seen == [_digest(data), [70, 45], {"unit": "K"}]
 
 
+# The store is opened read-only, so the mount is too (ReadOnlyOperations);
+# with kernel_cache, libfuse answers open and close.
+@pytest.mark.parametrize("options", [{}, {"kernel_cache": True}], ids=["ro", "ro-kernel_cache"])
 def test_array_written_to_sqlite_reads_identically_through_the_mount(
-        tmp_path: Path, mountpoint: Path, zarr2: Any) -> None:
+        tmp_path: Path, mountpoint: Path, zarr2: Any, options: dict[str, Any]) -> None:
     ts = _tensorstore()
     path = tmp_path / "data.sqlite"
     zarr2.run(
@@ -87,7 +90,7 @@ def test_array_written_to_sqlite_reads_identically_through_the_mount(
     expected = np.arange(90 * 110).reshape(90, 110) * 0.5
     store = SQLiteStore(path, mode="r")
     try:
-        with zfuse.mounted(store, mountpoint) as m:
+        with zfuse.mounted(store, mountpoint, fuse_options_extra=options) as m:
             local = zarr.storage.LocalStore(m.path, read_only=True)
             via_zarr = zarr.open_array(store=local, path="grid", mode="r")[...]
             spec = {"driver": "zarr", "kvstore": {"driver": "file", "path": f"{m}/grid"}}
