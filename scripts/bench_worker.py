@@ -17,6 +17,15 @@ many-tiny-keys figure: only ``listdir``, on COUNT keys written beforehand.  The 
 to the servers named by ``ZSTORES_TEST_REDIS_URL`` / ``ZSTORES_TEST_MONGODB_URL``
 (``bench_stores.py`` starts them with ``scripts/services`` when unset), each run
 under its own prefix or database, removed afterwards.
+
+Each run makes passes, each on a fresh store of its own that is deleted
+afterwards (untimed, with the disk synced before the next): ``set``, ``get``,
+``setitems``, ``getitems``, ``listdir`` in that order, the writes once and
+each read again while its timings add up to less than ``READ_SECONDS`` (at
+most ``MAX_READ_REPEATS`` times).  It makes passes while they add up to less
+than ``PASS_SECONDS`` (at most ``MAX_PASSES``) and reports each operation's
+median, so that one timing of a few milliseconds does not decide a ratio
+alone, while an operation that takes long anyway runs once, as before.
 """
 
 from __future__ import annotations
@@ -24,17 +33,75 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sqlite3
+import statistics
 import sys
 import time
 import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
+
+# Fresh-store passes per run, made while the passes so far took under
+# PASS_SECONDS; a read repeats within a pass while its timings add up to less
+# than READ_SECONDS.
+PASS_SECONDS, MAX_PASSES = 1.0, 5
+READ_SECONDS, MAX_READ_REPEATS = 0.3, 15
+WRITES = ("set", "setitems")
+ORDER = ("set", "get", "setitems", "getitems", "listdir")
 
 
 def timed(function) -> float:
     start = time.perf_counter()
     function()
     return time.perf_counter() - start
+
+
+class Operations(NamedTuple):
+    """What one implementation does for each operation, on COUNT keys of one store."""
+
+    set: Callable[[], object]
+    get: Callable[[], object]
+    setitems: Callable[[], object]
+    getitems: Callable[[], object]
+    listdir: Callable[[], object]
+
+
+def repeated(function) -> list[float]:
+    """Timings of a read, repeated while they add up to less than READ_SECONDS."""
+    times = [timed(function)]
+    while len(times) < MAX_READ_REPEATS and sum(times) < READ_SECONDS:
+        times.append(timed(function))
+    return times
+
+
+def median_read(function) -> float:
+    return statistics.median(repeated(function))
+
+
+def measure(opened, workdir: str, name: str) -> dict[str, float]:
+    """Median seconds per operation over passes on fresh stores.
+
+    ``opened(path)`` is a context manager giving the ``Operations`` of a new
+    store at ``path`` (closing it on exit); each pass gets its own folder.
+    """
+    samples: dict[str, list[float]] = {op: [] for op in ORDER}
+    spent = 0.0
+    for number in range(MAX_PASSES):
+        if spent >= PASS_SECONDS:
+            break
+        folder = Path(workdir) / f"pass-{number}"
+        folder.mkdir()
+        os.sync()  # each pass starts with the disk's dirty pages written out
+        start = time.perf_counter()
+        with opened(str(folder / name)) as operations:
+            for op in ORDER:
+                function = getattr(operations, op)
+                samples[op] += [timed(function)] if op in WRITES else repeated(function)
+        spent += time.perf_counter() - start
+        shutil.rmtree(folder)
+    return {op: statistics.median(times) for op, times in samples.items()}
 
 
 # ------------------------------------------------------------------ the stores
@@ -150,14 +217,15 @@ def listing_of_tiny_keys(impl: str, backend: str, path: str, keys: list[str]) ->
     if impl == "raw":
         return {"listdir": RAW_LISTING[backend](path)}
     store = open_zstores(backend, path, "r") if impl == "zstores" else open_zarr2(backend, path, "r")
-    seconds = min(timed(lambda: store.listdir("m")) for _ in range(3))
+    seconds = median_read(lambda: store.listdir("m"))
     assert len(store.listdir("m")) == len(keys)
     with contextlib.suppress(AttributeError):
         store.close()
     return {"listdir": seconds}
 
 
-def store_operations(store, keys: list[str], value: bytes, impl: str) -> dict[str, float]:
+@contextlib.contextmanager
+def store_operations(store, keys: list[str], value: bytes, impl: str):
     batch = {f"m/{key}": value for key in keys}
     single = [f"s/{key}" for key in keys]
 
@@ -185,24 +253,14 @@ def store_operations(store, keys: list[str], value: bytes, impl: str) -> dict[st
             for key in batch:
                 store[key]
 
-    results = {
-        "set": timed(set_each),
-        "get": timed(get_each),
-        "setitems": timed(setitems),
-        "getitems": timed(getitems),
-        "listdir": timed(lambda: store.listdir("m")),
-    }
+    yield Operations(set_each, get_each, setitems, getitems, lambda: store.listdir("m"))
     with contextlib.suppress(AttributeError):
         store.close()
-    return results
 
 
 # --------------------------------------------------------- the raw libraries
-def raw_operations(backend: str, path: str, keys: list[str], value: bytes) -> dict[str, float]:
-    return RAW[backend](path, keys, value)
-
-
-def raw_directory(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+@contextlib.contextmanager
+def raw_directory(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
     root = Path(path)
     for folder in ("s", "m"):
         (root / folder).mkdir(parents=True, exist_ok=True)
@@ -222,16 +280,17 @@ def raw_directory(path: str, keys: list[str], value: bytes) -> dict[str, float]:
             if found is not None:
                 found[key] = value
 
-    return {
-        "set": timed(lambda: write("s")),
-        "get": timed(lambda: read("s")),
-        "setitems": timed(lambda: write("m")),
-        "getitems": timed(lambda: read("m", {})),  # keeps every value, as getitems does
-        "listdir": timed(lambda: sorted(os.listdir(root / "m"))),
-    }
+    yield Operations(
+        set=lambda: write("s"),
+        get=lambda: read("s"),
+        setitems=lambda: write("m"),
+        getitems=lambda: read("m", {}),  # keeps every value, as getitems does
+        listdir=lambda: sorted(os.listdir(root / "m")),
+    )
 
 
-def raw_lmdb(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+@contextlib.contextmanager
+def raw_lmdb(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
     import lmdb
 
     env = lmdb.open(path + ".lmdb", map_size=1 << 36, sync=False, metasync=False)
@@ -262,18 +321,18 @@ def raw_lmdb(path: str, keys: list[str], value: bytes) -> dict[str, float]:
             cursor.set_range(b"m/")
             return [k for k in cursor.iternext(values=False) if k.startswith(b"m/")]
 
-    results = {
-        "set": timed(lambda: put_each(single)),
-        "get": timed(lambda: get_each(single)),
-        "setitems": timed(lambda: put_all(batch)),
-        "getitems": timed(lambda: get_all(batch)),
-        "listdir": timed(listdir),
-    }
+    yield Operations(
+        set=lambda: put_each(single),
+        get=lambda: get_each(single),
+        setitems=lambda: put_all(batch),
+        getitems=lambda: get_all(batch),
+        listdir=listdir,
+    )
     env.close()
-    return results
 
 
-def raw_sqlite(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+@contextlib.contextmanager
+def raw_sqlite(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
     db = sqlite3.connect(path + ".sqlite", isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
@@ -297,19 +356,19 @@ def raw_sqlite(path: str, keys: list[str], value: bytes) -> dict[str, float]:
     def get_all():
         return {key: db.execute(get, (f"m/{key}",)).fetchone()[0] for key in keys}
 
-    results = {
-        "set": timed(put_each),
-        "get": timed(get_each),
-        "setitems": timed(put_all),
-        "getitems": timed(get_all),
-        "listdir": timed(lambda: db.execute(
-            "SELECT k FROM zarr WHERE k >= 'm/' AND k < 'm0' ORDER BY k").fetchall()),
-    }
+    yield Operations(
+        set=put_each,
+        get=get_each,
+        setitems=put_all,
+        getitems=get_all,
+        listdir=lambda: db.execute(
+            "SELECT k FROM zarr WHERE k >= 'm/' AND k < 'm0' ORDER BY k").fetchall(),
+    )
     db.close()
-    return results
 
 
-def raw_zip(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+@contextlib.contextmanager
+def raw_zip(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
     archive = zipfile.ZipFile(path + ".zip", mode="w")
 
     def write(folder):
@@ -322,18 +381,18 @@ def raw_zip(path: str, keys: list[str], value: bytes) -> dict[str, float]:
             if found is not None:
                 found[key] = value
 
-    results = {
-        "set": timed(lambda: write("s")),
-        "get": timed(lambda: read("s")),
-        "setitems": timed(lambda: write("m")),
-        "getitems": timed(lambda: read("m", {})),  # keeps every value, as getitems does
-        "listdir": timed(lambda: sorted(n for n in archive.namelist() if n.startswith("m/"))),
-    }
+    yield Operations(
+        set=lambda: write("s"),
+        get=lambda: read("s"),
+        setitems=lambda: write("m"),
+        getitems=lambda: read("m", {}),  # keeps every value, as getitems does
+        listdir=lambda: sorted(n for n in archive.namelist() if n.startswith("m/")),
+    )
     archive.close()
-    return results
 
 
-def raw_dbm(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+@contextlib.contextmanager
+def raw_dbm(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
     import dbm.dumb
 
     db = dbm.dumb.open(path + ".dbm", "n")
@@ -348,18 +407,18 @@ def raw_dbm(path: str, keys: list[str], value: bytes) -> dict[str, float]:
             if found is not None:
                 found[key] = value
 
-    results = {
-        "set": timed(lambda: write("s")),
-        "get": timed(lambda: read("s")),
-        "setitems": timed(lambda: write("m")),
-        "getitems": timed(lambda: read("m", {})),  # keeps every value, as getitems does
-        "listdir": timed(lambda: sorted(k for k in db.keys() if k.startswith(b"m/"))),
-    }
+    yield Operations(
+        set=lambda: write("s"),
+        get=lambda: read("s"),
+        setitems=lambda: write("m"),
+        getitems=lambda: read("m", {}),  # keeps every value, as getitems does
+        listdir=lambda: sorted(k for k in db.keys() if k.startswith(b"m/")),
+    )
     db.close()
-    return results
 
 
-def raw_memory(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+@contextlib.contextmanager
+def raw_memory(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
     data: dict[str, bytes] = {}
 
     def write(folder):
@@ -372,16 +431,17 @@ def raw_memory(path: str, keys: list[str], value: bytes) -> dict[str, float]:
             if found is not None:
                 found[key] = value
 
-    return {
-        "set": timed(lambda: write("s")),
-        "get": timed(lambda: read("s")),
-        "setitems": timed(lambda: write("m")),
-        "getitems": timed(lambda: read("m", {})),  # keeps every value, as getitems does
-        "listdir": timed(lambda: sorted(k for k in data if k.startswith("m/"))),
-    }
+    yield Operations(
+        set=lambda: write("s"),
+        get=lambda: read("s"),
+        setitems=lambda: write("m"),
+        getitems=lambda: read("m", {}),  # keeps every value, as getitems does
+        listdir=lambda: sorted(k for k in data if k.startswith("m/")),
+    )
 
 
-def raw_redis(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+@contextlib.contextmanager
+def raw_redis(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
     import redis
 
     client = redis.Redis.from_url(server_url("redis"))
@@ -397,18 +457,18 @@ def raw_redis(path: str, keys: list[str], value: bytes) -> dict[str, float]:
         for name in single:
             client.get(name)
 
-    results = {
-        "set": timed(set_each),
-        "get": timed(get_each),
-        "setitems": timed(lambda: client.mset(dict.fromkeys(batch, value))),
-        "getitems": timed(lambda: client.mget(batch)),
-        "listdir": timed(lambda: sorted(client.scan_iter(match=f"{base}m/*", count=1000))),
-    }
+    yield Operations(
+        set=set_each,
+        get=get_each,
+        setitems=lambda: client.mset(dict.fromkeys(batch, value)),
+        getitems=lambda: client.mget(batch),
+        listdir=lambda: sorted(client.scan_iter(match=f"{base}m/*", count=1000)),
+    )
     client.close()
-    return results
 
 
-def raw_mongodb(path: str, keys: list[str], value: bytes) -> dict[str, float]:
+@contextlib.contextmanager
+def raw_mongodb(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
     import pymongo
 
     client = pymongo.MongoClient(server_url("mongodb"))
@@ -438,19 +498,18 @@ def raw_mongodb(path: str, keys: list[str], value: bytes) -> dict[str, float]:
         return sorted(doc["key"] for doc in collection.find(
             {"key": {"$regex": "^m/"}}, {"_id": 0, "key": 1}))
 
-    results = {
-        "set": timed(set_each),
-        "get": timed(get_each),
-        "setitems": timed(set_all),
-        "getitems": timed(get_all),
-        "listdir": timed(listdir),
-    }
+    yield Operations(
+        set=set_each,
+        get=get_each,
+        setitems=set_all,
+        getitems=get_all,
+        listdir=listdir,
+    )
     client.close()
-    return results
 
 
 def raw_listing_directory(path: str) -> float:
-    return min(timed(lambda: sorted(os.listdir(Path(path) / "m"))) for _ in range(3))
+    return median_read(lambda: sorted(os.listdir(Path(path) / "m")))
 
 
 def raw_listing_lmdb(path: str) -> float:
@@ -463,13 +522,13 @@ def raw_listing_lmdb(path: str) -> float:
             cursor.set_range(b"m/")
             return [k for k in cursor.iternext(values=False) if k.startswith(b"m/")]
 
-    return min(timed(listdir) for _ in range(3))
+    return median_read(listdir)
 
 
 def raw_listing_sqlite(path: str) -> float:
     db = sqlite3.connect(path + ".sqlite")
     query = "SELECT k FROM zarr WHERE k >= 'm/' AND k < 'm0' ORDER BY k"
-    return min(timed(lambda: db.execute(query).fetchall()) for _ in range(3))
+    return median_read(lambda: db.execute(query).fetchall())
 
 
 def raw_listing_zip(path: str) -> float:
@@ -477,14 +536,14 @@ def raw_listing_zip(path: str) -> float:
         with zipfile.ZipFile(path + ".zip") as archive:
             return sorted(n for n in archive.namelist() if n.startswith("m/"))
 
-    return min(timed(listdir) for _ in range(3))
+    return median_read(listdir)
 
 
 def raw_listing_dbm(path: str) -> float:
     import dbm.dumb
 
     db = dbm.dumb.open(path + ".dbm", "r")
-    return min(timed(lambda: sorted(k for k in db.keys() if k.startswith(b"m/"))) for _ in range(3))
+    return median_read(lambda: sorted(k for k in db.keys() if k.startswith(b"m/")))
 
 
 RAW_LISTING = {
@@ -509,6 +568,29 @@ RAW = {
 }
 
 
+def opener(impl: str, backend: str, keys: list[str], value: bytes):
+    """``opened(path)`` for ``measure``: the operations of a fresh store of ``impl``."""
+
+    @contextlib.contextmanager
+    def opened(path: str) -> Iterator[Operations]:
+        try:
+            if impl == "raw":
+                with RAW[backend](path, keys, value) as operations:
+                    yield operations
+                return
+            if impl == "zstores":
+                store = open_zstores(backend, path)
+            else:
+                store = open_zarr2(backend, path, copy=impl == "zarr2-copy")
+            with store_operations(store, keys, value, impl) as operations:
+                yield operations
+        finally:
+            if backend in NETWORK:
+                remove_network_data(backend, path)
+
+    return opened
+
+
 def main(argv: list[str]) -> None:
     impl, backend, workdir, size, count = argv
     # Chunk-like keys; the tiny-keys listing uses 1-d ones, which a nested
@@ -518,20 +600,15 @@ def main(argv: list[str]) -> None:
     chunk = "{}/0" if backend == "nested" else "{}.0"
     keys = [f"{i}" if int(size) == 1 else chunk.format(i) for i in range(int(count))]
     value = os.urandom(int(size))
-    path = str(Path(workdir) / (f"tiny-{backend}" if int(size) == 1 else f"{impl}-{backend}"))
-    try:
-        if int(size) == 1:
+    if int(size) == 1:
+        path = str(Path(workdir) / f"tiny-{backend}")
+        try:
             results = listing_of_tiny_keys(impl, backend, path, keys)
-        elif impl == "raw":
-            results = raw_operations(backend, path, keys, value)
-        elif impl == "zstores":
-            results = store_operations(open_zstores(backend, path), keys, value, impl)
-        else:
-            store = open_zarr2(backend, path, copy=impl == "zarr2-copy")
-            results = store_operations(store, keys, value, impl)
-    finally:
-        if backend in NETWORK:
-            remove_network_data(backend, path)
+        finally:
+            if backend in NETWORK:
+                remove_network_data(backend, path)
+    else:
+        results = measure(opener(impl, backend, keys, value), workdir, f"{impl}-{backend}")
     print(json.dumps(results))
 
 
