@@ -166,6 +166,23 @@ def test_file_uses_wal_and_mode_r_is_read_only(tmp_path):
         assert store["k"] == b"v"
 
 
+def test_new_file_gets_16_kib_pages_and_an_existing_file_keeps_its_own(tmp_path):
+    with SQLiteStore(tmp_path / "new.sqlite") as store:
+        store["a/0"] = bytes(100_000)
+        assert store._db().execute("PRAGMA page_size").fetchone()[0] == 16384
+    old = tmp_path / "old.sqlite"
+    db = sqlite3.connect(old)
+    db.execute("PRAGMA page_size=4096")
+    db.execute("CREATE TABLE zarr(k TEXT PRIMARY KEY, v BLOB)")
+    db.execute("INSERT INTO zarr VALUES ('a/0', x'01')")
+    db.commit()
+    db.close()
+    with SQLiteStore(old) as store:
+        store["a/1"] = bytes(100_000)
+        assert store["a/0"] == b"\x01" and store["a/1"] == bytes(100_000)
+        assert store._db().execute("PRAGMA page_size").fetchone()[0] == 4096
+
+
 def test_tables_share_a_file(tmp_path):
     path = tmp_path / "db.sqlite"
     with SQLiteStore(path, table="first") as one, SQLiteStore(path, table="second") as two:
