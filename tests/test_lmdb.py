@@ -173,6 +173,19 @@ def test_sync_option_reaches_lmdb(tmp_path):
         assert not flags["sync"] and not flags["metasync"]
 
 
+def test_map_is_read_only_unless_writemap_is_asked_for(tmp_path):
+    # The default keeps a full disk an lmdb.Error (a writable map would SIGBUS)
+    # and the data file at the size of its data, not of the map.
+    with LMDBStore(tmp_path / "a", map_size=64 * MiB) as store:
+        store["k"] = b"v"
+        assert not store._shared.env.flags()["writemap"]
+    assert (tmp_path / "a" / "data.mdb").stat().st_size < 64 * MiB
+    with LMDBStore(tmp_path / "b", map_size=64 * MiB, writemap=True) as store:
+        store["k"] = b"v"
+        assert store._shared.env.flags()["writemap"]
+    assert (tmp_path / "b" / "data.mdb").stat().st_size == 64 * MiB
+
+
 def test_two_stores_on_one_environment_share_it(tmp_path):
     path = tmp_path / "s"
     LMDBStore(path).close()
