@@ -7,7 +7,7 @@ named by ``--zarr2-python`` (default ``.venv-zarr2/bin/python``).  The three
 run in turn, round after round, a different one first each round and each
 after an ``os.sync()``, so background load and write-back hit them alike.
 Each run makes passes in one process, each on a fresh store, while they take
-under 1 s (up to 5), repeats each read within a pass while it takes under
+under 0.5 s (up to 5), repeats each read within a pass while it takes under
 0.3 s (up to 15 times), and reports each operation's median (see
 ``bench_worker.py``), so that short timings are medians of many; the table
 shows the median of the rounds and ratios of medians (above 1.0 = zstores is
@@ -137,7 +137,7 @@ HEADER = ("| backend | values | op | keys | zstores | zarr 2.18 | raw library | 
 def table(medians: dict[tuple, float], rounds: int) -> str:
     lines = [
         f"Keys per second, median of {rounds} rounds, each round's figure the median of "
-        "the timings in one process: passes on fresh stores while they take under 1 s "
+        "the timings in one process: passes on fresh stores while they take under 0.5 s "
         "(up to 5), each read repeated in a pass while it takes under 0.3 s (up to 15 "
         "times); ratios are zstores' speed over the other's (above 1.0: zstores is "
         "faster).  The raw library's `getitems` keeps every value, as a batch read must.  \"zarr 2.18 copying\" is zarr 2's LMDBStore with "

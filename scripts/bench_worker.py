@@ -46,7 +46,7 @@ from typing import NamedTuple
 # Fresh-store passes per run, made while the passes so far took under
 # PASS_SECONDS; a read repeats within a pass while its timings add up to less
 # than READ_SECONDS.
-PASS_SECONDS, MAX_PASSES = 1.0, 5
+PASS_SECONDS, MAX_PASSES = 0.5, 5
 READ_SECONDS, MAX_READ_REPEATS = 0.3, 15
 WRITES = ("set", "setitems")
 ORDER = ("set", "get", "setitems", "getitems", "listdir")
