@@ -5,12 +5,22 @@ Figures, each the median of ``--rounds`` rounds (every implementation once per
 round, in turn, so background load hits them alike):
 
 * array write and read of ``--size`` bytes (default 1 GiB, uint8, no
-  compression, so the store's cost shows) in 64 chunks and in 4,096 chunks;
+  compression, so the store's cost shows) in 64 chunks and in 4,096 chunks,
+  and the same read into an existing array (``out=``);
 * raw keys: ``--keys`` values of 64 KiB set and got one ``await`` after
   another, 64 at a time (``asyncio.gather``), and with the synchronous
   ``get_sync``/``set_sync``.
 
-Ratios are the adapter's speed over LocalStore's (above 1.0: faster).  Each
+Ratios are the adapter's speed over LocalStore's (above 1.0: faster).
+
+``array[:]`` allocates a new output array, and writing it first costs a page
+fault per page, which on a virtual machine can take longer than everything
+else in the read (several seconds per GiB, varying from run to run), and
+equally for every store.  "into an existing array" reads into an array
+whose pages are already touched, so it shows what the store itself costs.
+Each round's figures go to stderr, to judge the spread behind a median.
+
+Each
 implementation runs in a fresh process per round: a long-lived process reads
 large arrays several times slower after a few rounds (its heap, not the
 store), which would bias whichever runs last.  The stores live in a temporary
@@ -98,12 +108,21 @@ def array_figures(make: Callable[[Path], Any], folder: Path, data: np.ndarray) -
         reader = zarr.open_array(store, mode="r")
         seconds, back = timed(reader.__getitem__, slice(None))
         figures[f"read {count} chunks"] = data.nbytes / seconds
-        if not np.array_equal(back[:: 1 << 16], data[:: 1 << 16]):
-            raise AssertionError(f"{store!r}: read back other data than written")
-        del back
+        check_same(store, back, data)
+        back[:] = 0  # the same (touched) pages receive the next read
+        out = cpu.NDBuffer.from_numpy_array(back)
+        seconds, _ = timed(lambda: reader.get_basic_selection(slice(None), out=out))
+        figures[f"read {count} chunks into an existing array"] = data.nbytes / seconds
+        check_same(store, back, data)
+        del back, out
         store.close()
         shutil.rmtree(case, ignore_errors=True)
     return figures
+
+
+def check_same(store: Any, back: np.ndarray, data: np.ndarray) -> None:
+    if not np.array_equal(back[:: 1 << 16], data[:: 1 << 16]):
+        raise AssertionError(f"{store!r}: read back other data than written")
 
 
 # ---------------------------------------------------------------- raw keys
@@ -187,7 +206,18 @@ def measure(args: argparse.Namespace) -> dict[tuple[str, str], float]:
             for figure, speed in json.loads(done.stdout.splitlines()[-1]).items():
                 samples.setdefault((figure, name), []).append(speed)
         print(f"  round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    print_samples(samples, args.impls)
     return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def print_samples(samples: dict[tuple[str, str], list[float]], impls: list[str]) -> None:
+    """Every round's figure per implementation on stderr, to judge the spread."""
+    figures = list(dict.fromkeys(figure for figure, _ in samples))
+    for figure in figures:
+        scale = 1 if figure.startswith(("set", "get")) else 1 << 20
+        cells = [f"{name} " + "/".join(f"{speed / scale:.0f}" for speed in samples[figure, name])
+                 for name in impls if (figure, name) in samples]
+        print(f"  {figure}: " + ", ".join(cells), file=sys.stderr)
 
 
 def table(medians: dict[tuple[str, str], float], args: argparse.Namespace, load: float) -> str:
