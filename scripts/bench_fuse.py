@@ -13,17 +13,18 @@ user would) and measured against its reference in the same run:
   mfusepy filesystem serving the same files (the anchor; target >= 5,000/s);
 * zarr-python 3 opening and reading a whole array through the mount
   (``LocalStore``) against doing the same on the store directly
-  (``zstores.adapters.zarr3``) (target: within 2x).  For these two, "cold"
-  is the first round (on a fresh mount, or a freshly opened store) and
-  "warm" the median of the rounds after it, when the kernel still holds
-  names, attributes and unchanged pages (1 s attribute timeout);
+  (``zstores.adapters.zarr3``) (target: within 2x);
 * ``ls`` of a directory of 100,000 keys (target < 2 s).
 
 Sequential reads and ``ls`` use the default mount (read-write).  Small files
-and zarr are measured through it and again through two fresh read-only
-mounts: ``--read-only`` (no file handles: libfuse answers ``close``) and
-``--read-only -o kernel_cache`` (libfuse answers ``open`` too; for data
-nobody else changes while mounted).
+and zarr are measured through three kinds of mount: the default, ``--read-only``
+(no file handles: libfuse answers ``close``) and ``--read-only -o kernel_cache
+--attr-timeout 60`` (libfuse answers ``open`` too; for data nobody else
+changes while mounted).  For them, "cold" is the median over the rounds of
+the first pass through a fresh mount (or a freshly opened store, for the
+direct zarr reads, and a fresh anchor), and "warm" the median of the passes
+after the first one on one mount, when the kernel may still hold names,
+attributes and unchanged pages.
 
 Every number is the median of ``--rounds`` rounds.  ``--record`` writes the
 table between ``<!-- bench_fuse:begin -->`` and ``<!-- bench_fuse:end -->`` in
@@ -37,6 +38,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import shutil
@@ -55,11 +57,12 @@ ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- bench_fuse:begin -->", "<!-- bench_fuse:end -->"
 ZFUSE = [sys.executable, "-m", "zfuse"]
 MIB = 1 << 20
-# Besides the default (read-write) mount, small files and zarr are read
-# through these, each a fresh mount (nothing cached).
-READ_ONLY_MOUNTS = {
+# Small files and zarr are read through each kind of mount (zfuse command
+# options); every cold sample on a fresh mount.
+MOUNTS = {
+    "read-write": (),
     "read-only": ("--read-only",),
-    "read-only kernel_cache": ("--read-only", "-o", "kernel_cache"),
+    "read-only kernel_cache": ("--read-only", "-o", "kernel_cache", "--attr-timeout", "60"),
 }
 
 
@@ -88,12 +91,6 @@ def times_of(work: Callable[[], Any], rounds: int, before: Callable[[], Any] | N
 def median_time(work: Callable[[], Any], rounds: int, before: Callable[[], Any] | None = None
                 ) -> float:
     return statistics.median(times_of(work, rounds, before))
-
-
-def cold_and_warm(work: Callable[[], Any], rounds: int) -> tuple[float, float]:
-    """The first run (nothing cached yet) and the median of ``rounds`` runs after it."""
-    first, *rest = times_of(work, rounds + 1)
-    return first, statistics.median(rest)
 
 
 # ------------------------------------------------------------------ data
@@ -218,79 +215,106 @@ def bench_backend(kind: str, args: argparse.Namespace, work: Path,
     url, reopen = build_store(kind, folder / "store", args)
     mountpoint = folder / "mnt"
     mountpoint.mkdir()
+    rows = []
     store = reopen()
+    try:
+        mount(url, mountpoint)
+        try:
+            rows += sequential_and_ls(label, mountpoint, store, args)
+        finally:
+            unmount(mountpoint)
+    finally:
+        store.close()
+    direct = zarr_direct(reopen, args.rounds)
+    for mount_kind, options in MOUNTS.items():
+        rows += files_and_zarr(label, mount_kind, url, mountpoint, options, direct, args,
+                               anchor_rates)
+    return rows
+
+
+def sequential_and_ls(label: str, mountpoint: Path, store: Any, args: argparse.Namespace
+                      ) -> list[Row]:
     rows = []
     rounds = args.rounds
     buffer = bytearray(MIB)
     size = args.size_mib * MIB
-    mount(url, mountpoint)
-    try:
-        big = mountpoint / "big"
-        direct = median_time(lambda: store["big"], rounds)
-        cold = median_time(lambda: read_file(big, buffer), rounds, lambda: drop_page_cache(big))
-        read_file(big, buffer)  # load the page cache, then read again within the timeout
-        warm = median_time(lambda: read_file(big, buffer), rounds)
-        for name, seconds in (("cold", cold), ("warm", warm)):
-            rows.append(Row(label, f"sequential read {args.size_mib} MiB, {name}",
-                            f"{size / seconds / MIB:,.0f} MiB/s",
-                            f"{size / direct / MIB:,.0f} MiB/s in-process",
-                            f"{direct / seconds:.2f}x", ">= 0.5x"))
-        rows += files_and_zarr(label, "read-write", mountpoint, reopen, args, anchor_rates)
-        print(f"[{label}] ls ...", file=sys.stderr)
-        listing = median_time(lambda: subprocess.run(["ls", str(mountpoint / "many")],
-                                                      stdout=subprocess.DEVNULL, check=True),
-                              rounds)
-        rows.append(Row(label, f"ls of {args.keys:,} keys", f"{listing:.2f} s", "", "", "< 2 s"))
-    finally:
-        unmount(mountpoint)
-    try:
-        for mount_kind, options in READ_ONLY_MOUNTS.items():
-            mount(url, mountpoint, options)
-            try:
-                rows += files_and_zarr(label, mount_kind, mountpoint, reopen, args,
-                                       anchor_rates)
-            finally:
-                unmount(mountpoint)
-    finally:
-        store.close()
+    big = mountpoint / "big"
+    direct = median_time(lambda: store["big"], rounds)
+    cold = median_time(lambda: read_file(big, buffer), rounds, lambda: drop_page_cache(big))
+    read_file(big, buffer)  # load the page cache, then read again within the timeout
+    warm = median_time(lambda: read_file(big, buffer), rounds)
+    for name, seconds in (("cold", cold), ("warm", warm)):
+        rows.append(Row(label, f"sequential read {args.size_mib} MiB, {name}",
+                        f"{size / seconds / MIB:,.0f} MiB/s",
+                        f"{size / direct / MIB:,.0f} MiB/s in-process",
+                        f"{direct / seconds:.2f}x", ">= 0.5x"))
+    print(f"[{label}] ls ...", file=sys.stderr)
+    listing = median_time(lambda: subprocess.run(["ls", str(mountpoint / "many")],
+                                                  stdout=subprocess.DEVNULL, check=True),
+                          rounds)
+    rows.append(Row(label, f"ls of {args.keys:,} keys", f"{listing:.2f} s", "", "", "< 2 s"))
     return rows
 
 
-def files_and_zarr(label: str, kind: str, mountpoint: Path, reopen: Callable[[], Any],
-                   args: argparse.Namespace, anchor_rates: tuple[float, float]) -> list[Row]:
-    """Many small files and a zarr array read through one mount."""
+def read_array(store: Any) -> None:
+    """Open the benchmark's array (read its metadata) and read all of it, as a reader would."""
     import zarr
 
+    zarr.open_array(store=store, path="zarr/arr", mode="r")[...]
+
+
+def zarr_direct(reopen: Callable[[], Any], rounds: int) -> tuple[float, float]:
+    """Cold and warm seconds to read the array through ``zstores.adapters.zarr3`` directly."""
     from zstores.adapters.zarr3 import ZarrStore
 
-    rows = []
-    rounds = args.rounds
-    print(f"[{label}] small files, {kind} mount ...", file=sys.stderr)
+    colds, warm = [], 0.0
+    for round_ in range(rounds):
+        fresh = reopen()
+        read = functools.partial(read_array, ZarrStore(fresh))
+        try:
+            colds.append(median_time(read, 1))
+            if round_ == 0:
+                warm = median_time(read, rounds)
+        finally:
+            fresh.close()
+    return statistics.median(colds), warm
+
+
+def files_and_zarr(label: str, kind: str, url: str, mountpoint: Path, options: tuple[str, ...],
+                   direct: tuple[float, float], args: argparse.Namespace,
+                   anchor_rates: tuple[float, float]) -> list[Row]:
+    """Many small files and a zarr array read through fresh mounts of one kind."""
+    import zarr
+
+    print(f"[{label}] small files and zarr, {kind} mount ...", file=sys.stderr)
     small = mountpoint / "small"
-    rates = [args.files / t for t in cold_and_warm(lambda: open_read_close(small, args.files),
-                                                    rounds)]
+
+    def files() -> None:
+        open_read_close(small, args.files)
+
+    def array() -> None:
+        read_array(zarr.storage.LocalStore(mountpoint, read_only=True))
+
+    cold_files, cold_array, warm_files, warm_array = [], [], 0.0, 0.0
+    for round_ in range(args.rounds):
+        mount(url, mountpoint, options)
+        try:
+            cold_files.append(median_time(files, 1))
+            cold_array.append(median_time(array, 1))
+            if round_ == 0:
+                warm_files = median_time(files, args.rounds)
+                warm_array = median_time(array, args.rounds)
+        finally:
+            unmount(mountpoint)
+    rows = []
+    rates = (args.files / statistics.median(cold_files), args.files / warm_files)
     for name, rate, anchor in zip(("cold", "warm"), rates, anchor_rates):
         rows.append(Row(label, f"open/read/close {args.files:,} x {args.file_kib} KiB, "
                         f"{name}, {kind} mount", f"{rate:,.0f} files/s",
                         f"{anchor:,.0f} files/s plain mfusepy", f"{rate / anchor:.2f}x",
                         ">= 5,000 files/s"))
-    print(f"[{label}] zarr, {kind} mount ...", file=sys.stderr)
-    # Both sides open the array (read its metadata) and read it, as a reader
-    # would; "cold" is the first round on a store handle or mount nothing
-    # has read through yet, "warm" the median of the rounds after it.
-    fresh = reopen()
-    try:
-        direct = cold_and_warm(lambda: zarr.open_array(store=ZarrStore(fresh), path="zarr/arr",
-                                                       mode="r")[...], rounds)
-    finally:
-        fresh.close()
-
-    def through_mount() -> None:
-        local = zarr.storage.LocalStore(mountpoint, read_only=True)
-        zarr.open_array(store=local, path="zarr/arr", mode="r")[...]
-
-    for name, via_mount, via_store in zip(("cold", "warm"), cold_and_warm(through_mount, rounds),
-                                          direct):
+    seconds = (statistics.median(cold_array), warm_array)
+    for name, via_mount, via_store in zip(("cold", "warm"), seconds, direct):
         rows.append(Row(label, f"zarr-python: whole 2048x2048 float32 array "
                         f"(256 chunks), {name}, {kind} mount", f"{via_mount * 1000:,.0f} ms",
                         f"{via_store * 1000:,.0f} ms store directly, {name}",
@@ -302,14 +326,19 @@ def bench_anchor(args: argparse.Namespace, work: Path) -> tuple[float, float]:
     """Cold and warm open/read/close rates of the plain in-memory mfusepy filesystem."""
     mountpoint = work / "anchor"
     mountpoint.mkdir()
-    process = start_anchor(mountpoint, args)
-    try:
-        cold, warm = cold_and_warm(lambda: open_read_close(mountpoint / "small", args.files),
+    colds, warm = [], 0.0
+    for round_ in range(args.rounds):
+        process = start_anchor(mountpoint, args)
+        try:
+            colds.append(median_time(lambda: open_read_close(mountpoint / "small", args.files), 1))
+            if round_ == 0:
+                warm = median_time(lambda: open_read_close(mountpoint / "small", args.files),
                                    args.rounds)
-    finally:
-        subprocess.run(["fusermount", "-u", str(mountpoint)], capture_output=True, check=False)
-        process.wait(timeout=60)
-    return args.files / cold, args.files / warm
+        finally:
+            subprocess.run(["fusermount", "-u", str(mountpoint)], capture_output=True,
+                           check=False)
+            process.wait(timeout=60)
+    return args.files / statistics.median(colds), args.files / warm
 
 
 # ------------------------------------------------------------------ report
@@ -322,17 +351,17 @@ def table(rows: list[Row], args: argparse.Namespace) -> str:
         (f"{os.cpu_count()} cores (load average {args.load:.1f} at the start, shared with other "
         f"jobs), Linux {platform.release()}, Python {platform.python_version()}, "
         f"libfuse {mfusepy.fuse_version_major}.{mfusepy.fuse_version_minor}; mounts made with "
-        f"the `zfuse` command and default options; medians of {args.rounds} rounds "
+        f"the `zfuse` command; medians of {args.rounds} rounds "
         f"({time.strftime('%Y-%m-%d')}).  \"cold\" drops the mount's page cache before each "
         "round (every byte through the daemon); \"warm\" reads again within the attribute "
         "timeout, when the mount lets the kernel keep the file's pages.  For many files and "
-        "zarr, \"cold\" is the first round (on a fresh mount, or a freshly opened store for "
-        "the direct zarr reads) and \"warm\" the median of the rounds after it (within the "
-        "1 s attribute timeout, the kernel keeps names, attributes and, for unchanged "
-        "values, pages).  Both zarr sides open the array and read it.  The read-write mount "
-        "is the default; \"read-only\" is `--read-only` (no file handles: libfuse answers "
-        "`close`), \"read-only kernel_cache\" adds `-o kernel_cache` (libfuse answers `open` "
-        "too; for data nobody else changes while mounted)."),
+        "zarr, \"cold\" is the median over the rounds of the first pass through a fresh "
+        "mount (for the direct zarr reads, a freshly opened store; for the anchor, a fresh "
+        "mount of it) and \"warm\" the median of the passes after the first on one mount.  "
+        "Both zarr sides open the array and read it.  The read-write mount is the default; "
+        "\"read-only\" is `--read-only` (no file handles: libfuse answers `close`), "
+        "\"read-only kernel_cache\" is `--read-only -o kernel_cache --attr-timeout 60` "
+        "(libfuse answers `open` too; for data nobody else changes while mounted)."),
         "",
         "| backend | measurement | through the mount | reference | ratio | target |",
         "|---|---|---|---|---|---|",
