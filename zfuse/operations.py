@@ -705,13 +705,17 @@ class StoreOperations(mfusepy.Operations):
 
     @_operation
     def read(self, path: str | None, size: int, offset: int, fi: Any) -> bytes:
-        return self._handles[fi.fh].read(self.store, size, offset)
+        return self._reader(path, fi).read(self.store, size, offset)
 
     @_operation
     def read_view(self, path: str | None, size: int, offset: int, fi: Any
                   ) -> tuple[bytes, int, int]:
         """``read`` without the copy: ``(data, start, length)`` (see ``Handle.read_view``)."""
-        return self._handles[fi.fh].read_view(self.store, size, offset)
+        return self._reader(path, fi).read_view(self.store, size, offset)
+
+    def _reader(self, path: str | None, fi: Any) -> Handle:
+        """The handle a read goes through: the open file's own."""
+        return self._handles[fi.fh]
 
     # ------------------------------------------------------------ writing
     @_operation
@@ -1057,17 +1061,8 @@ class ReadOnlyOperations(StoreOperations):
                 self._readers.pop(key, None)
         return 0
 
-    @_operation
-    def read(self, path: str | None, size: int, offset: int, fi: Any) -> bytes:
-        return self._reader(path).read(self.store, size, offset)
-
-    @_operation
-    def read_view(self, path: str | None, size: int, offset: int, fi: Any
-                  ) -> tuple[bytes, int, int]:
-        return self._reader(path).read_view(self.store, size, offset)
-
-    def _reader(self, path: str | None) -> Handle:
-        """The read window shared by the readers of ``path``'s key."""
+    def _reader(self, path: str | None, fi: Any) -> Handle:
+        """The read window shared by the readers of ``path``'s key (there are no handles)."""
         if path is None:
             raise _fail(errno.EBADF)
         key = path[1:]
