@@ -11,9 +11,9 @@ Everything public is re-exported here; nothing else lives in this module.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import lazy_exports
 from .adapters import zarr_store
 from .base import MODES, Store
 from .errors import (
@@ -81,17 +81,7 @@ if TYPE_CHECKING:
     from .wrappers import LRUStoreCache, consolidate_metadata, open_consolidated
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
 
 __all__ = [
     "MODES",
