@@ -38,7 +38,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import platform
 import shutil
@@ -48,7 +47,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -263,21 +263,41 @@ def read_array(store: Any) -> None:
     zarr.open_array(store=store, path="zarr/arr", mode="r")[...]
 
 
+def cold_and_warm(fresh: Callable[[], AbstractContextManager[Any]],
+                  works: Sequence[Callable[[], Any]], rounds: int) -> list[tuple[float, float]]:
+    """Cold and warm seconds of each of ``works``.
+
+    Cold: the median over ``rounds`` of the first pass inside a new ``fresh()``
+    context (a fresh mount or store handle, nothing cached); warm: the median
+    of ``rounds`` passes after it, inside the first context.
+    """
+    colds: list[list[float]] = [[] for _ in works]
+    warms = [0.0] * len(works)
+    for round_ in range(rounds):
+        with fresh():
+            for times, work in zip(colds, works):
+                times.append(median_time(work, 1))
+            if round_ == 0:
+                warms = [median_time(work, rounds) for work in works]
+    return [(statistics.median(times), warm) for times, warm in zip(colds, warms)]
+
+
 def zarr_direct(reopen: Callable[[], Any], rounds: int) -> tuple[float, float]:
     """Cold and warm seconds to read the array through ``zstores.adapters.zarr3`` directly."""
     from zstores.adapters.zarr3 import ZarrStore
 
-    colds, warm = [], 0.0
-    for round_ in range(rounds):
-        fresh = reopen()
-        read = functools.partial(read_array, ZarrStore(fresh))
+    stores = []
+
+    @contextmanager
+    def fresh_store() -> Iterator[None]:
+        stores.append(reopen())
         try:
-            colds.append(median_time(read, 1))
-            if round_ == 0:
-                warm = median_time(read, rounds)
+            yield
         finally:
-            fresh.close()
-    return statistics.median(colds), warm
+            stores[-1].close()
+
+    [direct] = cold_and_warm(fresh_store, [lambda: read_array(ZarrStore(stores[-1]))], rounds)
+    return direct
 
 
 def files_and_zarr(label: str, kind: str, url: str, mountpoint: Path, options: tuple[str, ...],
@@ -287,34 +307,27 @@ def files_and_zarr(label: str, kind: str, url: str, mountpoint: Path, options: t
     import zarr
 
     print(f"[{label}] small files and zarr, {kind} mount ...", file=sys.stderr)
-    small = mountpoint / "small"
 
-    def files() -> None:
-        open_read_close(small, args.files)
-
-    def array() -> None:
-        read_array(zarr.storage.LocalStore(mountpoint, read_only=True))
-
-    cold_files, cold_array, warm_files, warm_array = [], [], 0.0, 0.0
-    for round_ in range(args.rounds):
+    @contextmanager
+    def fresh_mount() -> Iterator[None]:
         mount(url, mountpoint, options)
         try:
-            cold_files.append(median_time(files, 1))
-            cold_array.append(median_time(array, 1))
-            if round_ == 0:
-                warm_files = median_time(files, args.rounds)
-                warm_array = median_time(array, args.rounds)
+            yield
         finally:
             unmount(mountpoint)
+
+    files, array = cold_and_warm(fresh_mount, [
+        lambda: open_read_close(mountpoint / "small", args.files),
+        lambda: read_array(zarr.storage.LocalStore(mountpoint, read_only=True)),
+    ], args.rounds)
     rows = []
-    rates = (args.files / statistics.median(cold_files), args.files / warm_files)
-    for name, rate, anchor in zip(("cold", "warm"), rates, anchor_rates):
+    for name, seconds, anchor in zip(("cold", "warm"), files, anchor_rates):
+        rate = args.files / seconds
         rows.append(Row(label, f"open/read/close {args.files:,} x {args.file_kib} KiB, "
                         f"{name}, {kind} mount", f"{rate:,.0f} files/s",
                         f"{anchor:,.0f} files/s plain mfusepy", f"{rate / anchor:.2f}x",
                         ">= 5,000 files/s"))
-    seconds = (statistics.median(cold_array), warm_array)
-    for name, via_mount, via_store in zip(("cold", "warm"), seconds, direct):
+    for name, via_mount, via_store in zip(("cold", "warm"), array, direct):
         rows.append(Row(label, f"zarr-python: whole 2048x2048 float32 array "
                         f"(256 chunks), {name}, {kind} mount", f"{via_mount * 1000:,.0f} ms",
                         f"{via_store * 1000:,.0f} ms store directly, {name}",
@@ -326,19 +339,20 @@ def bench_anchor(args: argparse.Namespace, work: Path) -> tuple[float, float]:
     """Cold and warm open/read/close rates of the plain in-memory mfusepy filesystem."""
     mountpoint = work / "anchor"
     mountpoint.mkdir()
-    colds, warm = [], 0.0
-    for round_ in range(args.rounds):
+
+    @contextmanager
+    def fresh_anchor() -> Iterator[None]:
         process = start_anchor(mountpoint, args)
         try:
-            colds.append(median_time(lambda: open_read_close(mountpoint / "small", args.files), 1))
-            if round_ == 0:
-                warm = median_time(lambda: open_read_close(mountpoint / "small", args.files),
-                                   args.rounds)
+            yield
         finally:
             subprocess.run(["fusermount", "-u", str(mountpoint)], capture_output=True,
                            check=False)
             process.wait(timeout=60)
-    return args.files / statistics.median(colds), args.files / warm
+
+    [(cold, warm)] = cold_and_warm(
+        fresh_anchor, [lambda: open_read_close(mountpoint / "small", args.files)], args.rounds)
+    return args.files / cold, args.files / warm
 
 
 # ------------------------------------------------------------------ report
