@@ -19,8 +19,8 @@ user would) and measured against its reference in the same run:
 Sequential reads and ``ls`` use the default mount (read-write).  Small files
 and zarr are measured through three kinds of mount: the default, ``--read-only``
 (no file handles: libfuse answers ``close``) and ``--read-only -o kernel_cache
---attr-timeout 60`` (libfuse answers ``open`` too; for data nobody else
-changes while mounted).  For them, "cold" is the median over the rounds of
+--attr-timeout 60`` (on libfuse 3 the kernel sends no open or close at all;
+for data nobody else changes while mounted).  For them, "cold" is the median over the rounds of
 the first pass through a fresh mount (or a freshly opened store, for the
 direct zarr reads, and a fresh anchor), and "warm" the median of the passes
 after the first one on one mount, when the kernel may still hold names,
@@ -175,8 +175,11 @@ def serve_anchor(mountpoint: str, files: int, file_kib: int) -> None:
 
 
 def start_anchor(mountpoint: Path, args: argparse.Namespace) -> subprocess.Popen[bytes]:
+    # mfusepy's own default library (libfuse 2), as plain fusepy would use.
+    env = {k: v for k, v in os.environ.items() if k != "FUSE_LIBRARY_PATH"}
     process = subprocess.Popen([sys.executable, __file__, "--serve-anchor", str(mountpoint),
-                                "--files", str(args.files), "--file-kib", str(args.file_kib)])
+                                "--files", str(args.files), "--file-kib", str(args.file_kib)],
+                               env=env)
     deadline = time.monotonic() + 60
     while not os.path.ismount(mountpoint):
         if process.poll() is not None or time.monotonic() > deadline:
@@ -357,15 +360,16 @@ def bench_anchor(args: argparse.Namespace, work: Path) -> tuple[float, float]:
 
 # ------------------------------------------------------------------ report
 def table(rows: list[Row], args: argparse.Namespace) -> str:
-    import mfusepy
+    import zfuse
 
+    major, minor = zfuse.libfuse_version()
     lines = [
         "## zfuse (scripts/bench_fuse.py)",
         "",
         (f"{os.cpu_count()} cores (load average {args.load:.1f} at the start, shared with other "
         f"jobs), Linux {platform.release()}, Python {platform.python_version()}, "
-        f"libfuse {mfusepy.fuse_version_major}.{mfusepy.fuse_version_minor}; mounts made with "
-        f"the `zfuse` command; medians of {args.rounds} rounds "
+        f"libfuse {major}.{minor} (the anchor: plain mfusepy on libfuse 2, as fusepy); mounts "
+        f"made with the `zfuse` command; medians of {args.rounds} rounds "
         f"({time.strftime('%Y-%m-%d')}).  \"cold\" drops the mount's page cache before each "
         "round (every byte through the daemon); \"warm\" reads again within the attribute "
         "timeout, when the mount lets the kernel keep the file's pages.  For many files and "
@@ -375,7 +379,8 @@ def table(rows: list[Row], args: argparse.Namespace) -> str:
         "Both zarr sides open the array and read it.  The read-write mount is the default; "
         "\"read-only\" is `--read-only` (no file handles: libfuse answers `close`), "
         "\"read-only kernel_cache\" is `--read-only -o kernel_cache --attr-timeout 60` "
-        "(libfuse answers `open` too; for data nobody else changes while mounted)."),
+        "(on libfuse 3 the kernel is told once that there is no `open`, and sends no open "
+        "or close at all; for data nobody else changes while mounted)."),
         "",
         "| backend | measurement | through the mount | reference | ratio | target |",
         "|---|---|---|---|---|---|",

@@ -37,7 +37,9 @@ def require_fuse() -> None:
     if not (shutil.which("fusermount") or shutil.which("fusermount3")):
         missing_peer("FUSE is not available: fusermount is not installed")
     try:
-        import mfusepy  # noqa: F401
+        import zfuse
+
+        zfuse.libfuse_version()  # loads libfuse (3 where it can mount, else 2)
     except (ImportError, OSError) as error:
         missing_peer(f"mfusepy cannot load libfuse: {error}")
 
@@ -111,10 +113,11 @@ def zfuse_mounts() -> list[str]:
     return found
 
 
-def run_zfuse(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run the ``zfuse`` command (``python -m zfuse``)."""
+def run_zfuse(*args: str, timeout: float = 60,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the ``zfuse`` command (``python -m zfuse``), with ``env`` added to the environment."""
     return subprocess.run([*ZFUSE, *args], capture_output=True, text=True, timeout=timeout,
-                          check=False)
+                          check=False, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import missing_peer
 from fuse_helpers import ZFUSE, no_mount_left_behind, require_fuse, run_zfuse, zfuse_mounts
 
 import zfuse
@@ -166,6 +167,39 @@ def test_foreground_mount_unmounts_cleanly_on_a_signal(signum: int, tmp_path: Pa
     assert not zfuse.is_mounted(mountpoint)
     with SQLiteStore(store_path, mode="r") as store:
         assert dict(store) == {"written": b"before the signal"}
+
+
+@pytest.mark.parametrize("major", ["2", "3"])
+def test_each_libfuse_version_mounts_reads_and_writes(major: str, tmp_path: Path,
+                                                     mountpoint: Path) -> None:
+    """ZFUSE_LIBFUSE picks the library; both serve the same mount (the other is the fallback)."""
+    env = {"ZFUSE_LIBFUSE": major}
+    version = subprocess.run([sys.executable, "-c", "import zfuse; print(zfuse.libfuse_version())"],
+                             capture_output=True, text=True, timeout=60, check=False,
+                             env={**os.environ, **env})
+    if version.returncode != 0 and "libfuse" in version.stderr.lower():
+        missing_peer(f"libfuse {major} is not installed: {version.stderr.strip()[-200:]}")
+    assert version.stdout.startswith(f"({major}, "), version.stderr
+    store_path = tmp_path / "data.lmdb"
+    with LMDBStore(store_path) as store:
+        store["a/b"] = b"stored"
+    done = run_zfuse("mount", f"lmdb://{store_path}", str(mountpoint), env=env)
+    assert done.returncode == 0, done.stderr
+    try:
+        assert (mountpoint / "a" / "b").read_bytes() == b"stored"
+        (mountpoint / "a" / "c").write_bytes(b"written")
+        os.truncate(mountpoint / "a" / "c", 4)
+        assert sorted(os.listdir(mountpoint / "a")) == ["b", "c"]
+    finally:
+        assert run_zfuse("unmount", str(mountpoint)).returncode == 0
+    with LMDBStore(store_path, mode="r") as store:
+        assert dict(store) == {"a/b": b"stored", "a/c": b"writ"}
+
+
+def test_an_unknown_libfuse_version_is_a_clear_error() -> None:
+    done = run_zfuse("--help", env={"ZFUSE_LIBFUSE": "4"})
+    assert done.returncode != 0
+    assert "ZFUSE_LIBFUSE must be 2 or 3" in done.stderr.strip().splitlines()[-1]
 
 
 def test_python_dash_m_and_the_console_script_agree() -> None:

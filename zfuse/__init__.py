@@ -17,6 +17,19 @@ See docs/zfuse.md for what the mount shows and how it maps errors.
 
 from __future__ import annotations
 
-from .mount import Mount, MountError, check_mountpoint, is_mounted, mount, mounted, unmount
+from ._libfuse import libfuse_version, load_mfusepy
 
-__all__ = ["Mount", "MountError", "check_mountpoint", "is_mounted", "mount", "mounted", "unmount"]
+load_mfusepy()  # before any module of ours imports it: it picks the libfuse
+
+from .mount import (
+    Mount,
+    MountError,
+    check_mountpoint,
+    is_mounted,
+    mount,
+    mounted,
+    unmount,
+)
+
+__all__ = ["Mount", "MountError", "check_mountpoint", "is_mounted", "libfuse_version", "mount",
+           "mounted", "unmount"]

@@ -140,12 +140,16 @@ def fuse_options(
         "attr_timeout": attr_timeout,
         "entry_timeout": attr_timeout,
         "negative_timeout": attr_timeout,
-        "max_read": BLOCK_SIZE,
     }
     if mfusepy.fuse_version_major == 2:
         # O_TRUNC reaches open() instead of a separate truncate that would
         # empty the stored value before the new one is written.
-        options.update(atomic_o_trunc=True, big_writes=True, max_write=BLOCK_SIZE)
+        options.update(atomic_o_trunc=True, big_writes=True, max_write=BLOCK_SIZE,
+                       max_read=BLOCK_SIZE)
+    else:
+        # libfuse 3 has atomic O_TRUNC and big writes by default; closing a
+        # file opened read-only then sends no FLUSH (nothing to write back).
+        options["no_rofd_flush"] = True
     if read_only:
         options["ro"] = True
     if allow_other:
@@ -208,6 +212,16 @@ def _fuse_class() -> type:
         return ctypes.string_at(ctypes.addressof(st), stat_size)
 
     class FUSE(mfusepy.FUSE):
+        def __init__(self, operations: Any, mountpoint: str, **kwargs: Any) -> None:
+            self._max_read = int(kwargs.get("max_read") or 0)
+            super().__init__(operations, mountpoint, **kwargs)
+
+        def init_fuse_3(self, conn: Any, config: Any) -> None:
+            # libfuse 3 refuses a max_read mount option that init does not repeat.
+            if self._max_read and conn:
+                conn.contents.max_read = self._max_read
+            super().init_fuse_3(conn, config)
+
         def _wrapper(self, func: Any, *args: Any, **kwargs: Any) -> Any:
             if not getattr(_thread_state, "pinned", False):
                 ensure()  # never released: the thread state outlives this call
@@ -239,8 +253,8 @@ def _fuse_class() -> type:
                 ctypes.memmove(buf, address + start, length)
             return length
 
-        def readdir_fuse_2(self, path: bytes | None, buf: Any, filler: Any, offset: int,
-                           fip: Any) -> int:
+        def _fill(self, path: bytes | None, buf: Any, filler: Any, fip: Any,
+                  *flags: int) -> int:
             entries = self.operations.listing(
                 None if path is None else path.decode(self.encoding, self.errors),
                 fip.contents.fh,
@@ -250,9 +264,23 @@ def _fuse_class() -> type:
             for name, mode, ino in entries:
                 st.st_mode = mode
                 st.st_ino = ino
-                if filler(buf, name.encode(encoding, errors), st, 0):
+                if filler(buf, name.encode(encoding, errors), st, 0, *flags):
                     break
             return 0
+
+        def readdir_fuse_2(self, path: bytes | None, buf: Any, filler: Any, offset: int,
+                           fip: Any) -> int:
+            return self._fill(path, buf, filler, fip)
+
+        def readdir_fuse_3(self, path: bytes | None, buf: Any, filler: Any, offset: int,
+                           fip: Any, flags: int) -> int:
+            # Entries without FUSE_FILL_DIR_PLUS: a READDIRPLUS then carries
+            # names only, and a stat still asks getattr (served from our cache).
+            return self._fill(path, buf, filler, fip, 0)
+
+        def truncate_fuse_3(self, path: bytes | None, length: int, fip: Any) -> int:
+            # libfuse 3 sends ftruncate here, with the open file (mfusepy drops it).
+            return self.ftruncate(path, length, fip)
 
     return FUSE
 
@@ -404,6 +432,9 @@ def mount(
     def serve() -> None:
         try:
             _fuse_class()(operations, path, raw_fi=True, foreground=True, **options)
+        except RuntimeError as error:
+            if not _ended_by_signal(error, operations):
+                raise
         finally:
             _restore_sigpipe()
 
@@ -426,6 +457,18 @@ def mount(
     thread.start()
     _wait_until_answering(path, operations, thread, errors)
     return Mount(path, operations, thread, errors)
+
+
+def _ended_by_signal(error: RuntimeError, operations: StoreOperations) -> bool:
+    """True if libfuse 3 reports the end of a mount it served as a failure.
+
+    libfuse 3 stops its loop on SIGINT, SIGTERM or SIGHUP as libfuse 2 does,
+    but then returns status 8 (loop failed) where libfuse 2 returns 0.
+    """
+    import mfusepy
+
+    return (mfusepy.fuse_version_major >= 3 and operations.ready.is_set()
+            and error.args == (8,))
 
 
 def _restore_sigpipe() -> None:

@@ -1000,10 +1000,11 @@ class ReadOnlyOperations(StoreOperations):
     answers ``flush`` and ``release`` itself without calling into Python, and
     reads find their key by path.  ``open`` only tells the kernel whether it
     may keep the pages it read before (for ``attr_timeout``, as on a
-    read-write mount).  With ``kernel_cache`` even ``open`` is left to
-    libfuse, whose ``kernel_cache`` (or ``auto_cache``) option then decides:
-    a warm file is served entirely by the kernel, but changes made to the
-    store by others may not show until the file drops out of the page cache.
+    read-write mount).  With ``kernel_cache`` (or ``auto_cache``) even
+    ``open`` leaves Python: libfuse 3 declines it once and the kernel stops
+    sending OPEN, FLUSH and RELEASE altogether; libfuse 2 answers it itself.
+    A warm file is then served entirely by the kernel, but changes made to
+    the store by others may not show until the file drops out of the page cache.
 
     Sequential readers of a key share one read window (see ``Handle``), kept
     for the ``_MAX_READERS`` keys read most recently.
@@ -1016,7 +1017,7 @@ class ReadOnlyOperations(StoreOperations):
         Seconds metadata (and, for unchanged values, file contents) may be
         served from caches before the store is asked again.
     kernel_cache : bool
-        Leave ``open`` to libfuse (mount with its ``kernel_cache`` or
+        Keep ``open`` out of Python (mount with libfuse's ``kernel_cache`` or
         ``auto_cache`` option); only for stores nobody else changes while mounted.
     on_ready : callable, optional
         Called once, when the kernel has connected the mount.
@@ -1048,7 +1049,10 @@ class ReadOnlyOperations(StoreOperations):
         self._readers: OrderedDict[str, Handle] = OrderedDict()
         self._readers_lock = threading.Lock()
         if kernel_cache:
-            self.open = None  # type: ignore[assignment]
+            # libfuse 3 passes ENOSYS from open on to the kernel, which then
+            # never sends OPEN, FLUSH or RELEASE again and keeps pages as
+            # kernel_cache does; libfuse 2 cannot, so it answers open itself.
+            self.open = _decline_open if mfusepy.fuse_version_major >= 3 else None  # type: ignore[assignment]
 
     @_operation
     def open(self, path: str, fi: Any) -> int:
@@ -1076,6 +1080,10 @@ class ReadOnlyOperations(StoreOperations):
             else:
                 readers.move_to_end(key)
         return reader
+
+
+def _decline_open(path: str, fi: Any) -> int:
+    raise _fail(errno.ENOSYS)
 
 
 def operations_for(
