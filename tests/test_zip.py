@@ -88,6 +88,25 @@ def test_reads_before_close_see_latest_value(tmp_path):
         assert store.get_range("k", -2) == b"!!"
 
 
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_a_damaged_member_fails_its_crc_check(tmp_path, compression):
+    path = tmp_path / "a.zip"
+    value = b"intact value " * 100
+    with ZipStore(path, mode="w", compression=compression) as store:
+        store["k"] = value
+        store["other"] = b"untouched"
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("k")
+    data_start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    raw[data_start + 5] ^= 0xFF  # one byte inside the member's data
+    path.write_bytes(bytes(raw))
+    with ZipStore(path, mode="r") as store:
+        assert store["other"] == b"untouched"
+        with pytest.raises(zipfile.BadZipFile, match="(?i)crc"):
+            store["k"]
+
+
 def test_stored_range_read_reads_only_the_range(tmp_path, monkeypatch):
     value = np.random.default_rng(1).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
     store = ZipStore(tmp_path / "data.zip", mode="w")

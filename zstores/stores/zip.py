@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 import zipfile
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,12 @@ __all__ = ["ZipStore"]
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
 _FLAG_ENCRYPTED = 0x1
+
+
+def _stored_plain(info: zipfile.ZipInfo) -> bool:
+    """Whether a member's data are its value's bytes (stored, not encrypted)."""
+    return info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & _FLAG_ENCRYPTED
+
 
 # zipfile's own mode for each store mode ("r+" and "w-" are checked before;
 # "w-" has created the file exclusively when it took the writer lock).
@@ -160,8 +167,15 @@ class ZipStore(Store):
     def _get(self, key: str) -> bytes:
         with self._lock:
             info = self._index[key]
-            with self._zf.open(info) as member:  # checks the CRC
-                return member.read()
+            if not _stored_plain(info):
+                with self._zf.open(info) as member:  # inflates and checks the CRC
+                    return member.read()
+            # A stored member is its bytes: one pread, without zipfile's
+            # per-open header parsing and buffering (about twice as fast).
+            data = self._pread(self._data_offset(info), info.file_size)
+        if zlib.crc32(data) != info.CRC:
+            raise zipfile.BadZipFile(f"bad CRC-32 for member {key!r} in {self._path!r}")
+        return data
 
     def _set(self, key: str, value: Buffer) -> None:
         with self._lock:
@@ -213,7 +227,7 @@ class ZipStore(Store):
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
         with self._lock:
             info = self._index[key]
-            if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & _FLAG_ENCRYPTED:
+            if not _stored_plain(info):
                 return super()._get_range(key, start, length)
             size = info.file_size
             first = start if start >= 0 else max(size + start, 0)
