@@ -96,6 +96,7 @@ class DBMStore(Store):
         self._open_kwargs = open_kwargs
         self._lock = threading.RLock()
         self._owner: ThreadPoolExecutor | None = None
+        self._values_fd: int | None = None
         self._check_existence(dbm.whichdb(self._path) is not None)
         # No flavour coordinates writer processes: a second one must fail
         # before flag "n" empties the database under the first.
@@ -108,6 +109,7 @@ class DBMStore(Store):
 
     def _open_db(self, flag: str) -> None:
         self._db = self._open(self._path, flag, **self._open_kwargs)
+        self._values_fd = _dumb_values_fd(self._db)
         if _is_thread_bound(self._db):
             # dbm.sqlite3's connection works only in the thread that opened it:
             # reopen it in a thread of its own that runs every operation.
@@ -127,6 +129,8 @@ class DBMStore(Store):
         raw = key.encode("utf-8")
         with self._lock:
             try:
+                if self._values_fd is not None:
+                    return _dumb_read(self._db, self._values_fd, raw)
                 if self._owner is None:
                     value = self._db[raw]
                 else:
@@ -178,6 +182,12 @@ class DBMStore(Store):
             self._run(_remove, self._db, [key.encode("utf-8") for key in keys], sync=True)
 
     def _getsize_key(self, key: str) -> int:
+        if self._values_fd is not None:
+            with self._lock:
+                try:
+                    return int(self._db._index[key.encode("utf-8")][1])
+                except KeyError:
+                    raise KeyError(key) from None
         return len(self._get(key))
 
     def _getsize_prefix(self, prefix: str) -> int:
@@ -196,6 +206,9 @@ class DBMStore(Store):
     # ------------------------------------------------------------- lifecycle
     def _close(self) -> None:
         with self._lock:
+            if self._values_fd is not None:
+                os.close(self._values_fd)
+                self._values_fd = None
             try:
                 self._run(_close_db, self._db, sync=self._mode != "r")
             finally:
@@ -321,6 +334,31 @@ def _is_dumb(db: Any) -> bool:
         and isinstance(getattr(db, "_index", None), dict)
         and callable(getattr(db, "_commit", None))
     )
+
+
+def _dumb_values_fd(db: Any) -> int | None:
+    """A descriptor on a ``dbm.dumb`` database's data file, or None for other flavours.
+
+    ``dbm.dumb`` opens and closes its data file for every read; reading the
+    value at the position its index (``_index``) gives, with ``pread`` on a
+    descriptor kept open, is about three times faster for 64 KiB values.  The
+    data file is never replaced while the database is open, only appended to.
+    """
+    path = getattr(db, "_datfile", None)
+    if not _is_dumb(db) or not isinstance(path, (str, bytes)):
+        return None
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+
+
+def _dumb_read(db: Any, fd: int, raw: bytes) -> bytes:
+    position, size = db._index[raw]  # KeyError: not a key
+    value = os.pread(fd, size, position)
+    if len(value) != size:  # not what dbm.dumb itself would read: let it say why
+        return bytes(db[raw])
+    return value
 
 
 def _dumb_remove(db: Any, raw_keys: list[bytes]) -> int:
