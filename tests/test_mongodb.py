@@ -406,6 +406,17 @@ def test_ready_client_is_used_not_closed_and_not_pickled(mongodb_url, database):
 
 
 # ------------------------------------------------ failures and credentials
+def _once_reconnected(call, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except StoreConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def test_server_down_and_back(private_mongodb, tmp_path):
     server = private_mongodb()
     options = {"serverSelectionTimeoutMS": 400}
@@ -437,10 +448,13 @@ def test_server_down_and_back(private_mongodb, tmp_path):
             write()
 
     server.start()  # same port, same data file
-    assert store["a"] == b"1"
+    # Each client notices the server is back at its monitor's next check
+    # (pymongo waits at least 500 ms between checks, longer than the 400 ms
+    # selection timeout): retry the first call of each until then.
+    assert _once_reconnected(lambda: store["a"]) == b"1"
     assert store["big"] == bytes([7]) * (PART_SIZE + 5)  # the failed overwrite left it whole
     store["c"] = b"3"
-    assert reader["c"] == b"3"
+    assert _once_reconnected(lambda: reader["c"]) == b"3"
     assert sorted(store) == ["a", "big", "c"]
     store.close()
     reader.close()
