@@ -125,6 +125,33 @@ def test_dumb_batch_delete_rewrites_the_index_once(tmp_path, monkeypatch):
         assert len(again) == 0
 
 
+def test_dumb_fast_paths_keep_dbm_dumbs_own_format(tmp_path):
+    """Reads and writes through the store's own descriptor on the data file
+    leave a database that dbm.dumb reads as if it had written it itself."""
+    path = str(tmp_path / "data")
+    with DBMStore(path, open=dbm.dumb.open, mode="w") as store:
+        assert store._values_fd is not None  # the fast path is what this tests
+        store["grows"] = b"a" * 10
+        store["shrinks"] = b"b" * 2000
+        store["odd"] = b"c" * 513  # ends past a block boundary: the next is padded
+        store.setitems({"batch/0": b"d" * 700, "batch/1": b""})
+        store["grows"] = b"A" * 5000  # no longer fits its blocks: appended
+        store["shrinks"] = b"B" * 3  # fits: rewritten in place
+        del store["odd"]
+        expected = {"grows": b"A" * 5000, "shrinks": b"B" * 3, "batch/0": b"d" * 700,
+                    "batch/1": b""}
+        assert dict(store) == expected
+        assert store.getsize("grows") == 5000
+    db = dbm.dumb.open(path, "r")
+    try:
+        assert {key.decode(): db[key] for key in db.keys()} == expected
+        assert all(position % 512 == 0 for position, _ in db._index.values())
+    finally:
+        db.close()
+    with DBMStore(path, open=dbm.dumb.open, mode="r") as store:
+        assert dict(store) == expected
+
+
 def test_one_lock_serializes_every_operation(tmp_path):
     store = DBMStore(tmp_path / "db", open=dbm.dumb.open, mode="w")
     store["k"] = b"v"

@@ -38,7 +38,10 @@ class DBMStore(Store):
     batch (one transaction with ``dbm.sqlite3``) and ``close()`` syncs and
     closes.  Crash safety is the flavour's: ``dbm.sqlite3`` is transactional,
     ``dbm.dumb`` is not (it may overwrite a value in place and keeps part of
-    its index in memory until it syncs).
+    its index in memory until it syncs).  For ``dbm.dumb`` the store reads and
+    writes values through a descriptor it keeps on the data file, where and
+    in the order dbm.dumb itself would (dbm.dumb opens the file on every
+    call); the files stay dbm.dumb's own.
 
     Parameters
     ----------
@@ -109,7 +112,7 @@ class DBMStore(Store):
 
     def _open_db(self, flag: str) -> None:
         self._db = self._open(self._path, flag, **self._open_kwargs)
-        self._values_fd = _dumb_values_fd(self._db)
+        self._values_fd = _dumb_values_fd(self._db, writable=flag != "r")
         if _is_thread_bound(self._db):
             # dbm.sqlite3's connection works only in the thread that opened it:
             # reopen it in a thread of its own that runs every operation.
@@ -144,7 +147,9 @@ class DBMStore(Store):
             value = bytes(value)  # dbm.dumb takes only bytes and str
         raw = key.encode("utf-8")
         with self._lock:
-            if self._owner is None:  # the hot path: one plain assignment
+            if self._values_fd is not None:
+                _dumb_write(self._db, self._values_fd, raw, value)
+            elif self._owner is None:  # the hot path: one plain assignment
                 self._db[raw] = value
             else:
                 self._run(_store, self._db, [(raw, value)], sync=False)
@@ -175,7 +180,12 @@ class DBMStore(Store):
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
         encoded = [(key.encode("utf-8"), bytes(value)) for key, value in items]
         with self._lock:
-            self._run(_store, self._db, encoded, sync=True)
+            if self._values_fd is None:
+                self._run(_store, self._db, encoded, sync=True)
+                return
+            for raw, value in encoded:
+                _dumb_write(self._db, self._values_fd, raw, value)
+            _sync(self._db)
 
     def _delete_many(self, keys: list[str]) -> None:
         with self._lock:
@@ -336,19 +346,23 @@ def _is_dumb(db: Any) -> bool:
     )
 
 
-def _dumb_values_fd(db: Any) -> int | None:
+def _dumb_values_fd(db: Any, *, writable: bool) -> int | None:
     """A descriptor on a ``dbm.dumb`` database's data file, or None for other flavours.
 
-    ``dbm.dumb`` opens and closes its data file for every read; reading the
-    value at the position its index (``_index``) gives, with ``pread`` on a
-    descriptor kept open, is about three times faster for 64 KiB values.  The
-    data file is never replaced while the database is open, only appended to.
+    ``dbm.dumb`` opens and closes its data file for every read and write.
+    Doing what it does through a descriptor kept open (``pread`` at the
+    position its index ``_index`` gives; ``pwrite`` where it would write,
+    then its own ``_addkey``) makes gets of 64 KiB values about three times
+    and sets about a quarter faster.  The data file is never replaced while
+    the database is open, only written in place or appended to.
     """
     path = getattr(db, "_datfile", None)
-    if not _is_dumb(db) or not isinstance(path, (str, bytes)):
+    if not (_is_dumb(db) and isinstance(path, (str, bytes))
+            and callable(getattr(db, "_addkey", None))):
         return None
     try:
-        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return os.open(path, (os.O_RDWR if writable else os.O_RDONLY)
+                       | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
 
@@ -359,6 +373,42 @@ def _dumb_read(db: Any, fd: int, raw: bytes) -> bytes:
     if len(value) != size:  # not what dbm.dumb itself would read: let it say why
         return bytes(db[raw])
     return value
+
+
+# dbm.dumb aligns every value it appends to this many bytes.
+_DUMB_BLOCK = 512
+
+
+def _dumb_write(db: Any, fd: int, raw: bytes, value: bytes) -> None:
+    """``db[raw] = value`` for ``dbm.dumb``, as its ``__setitem__`` does it.
+
+    A value that fits the blocks of the old one is written in place, any
+    other is appended at the next block boundary; a new key's index line is
+    appended by ``_addkey`` after its data are written (dbm.dumb's order).
+    """
+    index = db._index
+    old = index.get(raw)
+    size = len(value)
+    if old is not None and -(-size // _DUMB_BLOCK) <= -(-old[1] // _DUMB_BLOCK):
+        position = old[0]
+    else:
+        end = os.lseek(fd, 0, os.SEEK_END)
+        position = -(-end // _DUMB_BLOCK) * _DUMB_BLOCK
+        if position > end:
+            _pwrite_all(fd, bytes(position - end), end)
+    _pwrite_all(fd, value, position)
+    db._modified = True
+    if old is None:
+        db._addkey(raw, (position, size))
+    else:
+        index[raw] = (position, size)
+
+
+def _pwrite_all(fd: int, data: bytes, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view, position = view[written:], position + written
 
 
 def _dumb_remove(db: Any, raw_keys: list[bytes]) -> int:
