@@ -142,12 +142,9 @@ def test_dumb_fast_paths_keep_dbm_dumbs_own_format(tmp_path):
                     "batch/1": b""}
         assert dict(store) == expected
         assert store.getsize("grows") == 5000
-    db = dbm.dumb.open(path, "r")
-    try:
-        assert {key.decode(): db[key] for key in db.keys()} == expected
+    with dbm.dumb.open(path, "r") as db:
+        assert {key.decode(): db[key] for key in db} == expected
         assert all(position % 512 == 0 for position, _ in db._index.values())
-    finally:
-        db.close()
     with DBMStore(path, open=dbm.dumb.open, mode="r") as store:
         assert dict(store) == expected
 
