@@ -374,15 +374,18 @@ def test_same_files_written_at_once_store_sees_only_whole_values(fs: Mounted, d:
     lock, seen_torn, failures, done = threading.Lock(), [], [], threading.Event()
 
     def rewrite(path: Path, data: bytes) -> None:
-        # libfuse 2's path-based open answers ENOENT for a file whose name
-        # another thread's rename replaced between lookup and open: retry
-        # then, backing off so the renaming threads get ahead.
+        # libfuse's path-based open answers ENOENT (libfuse 2) or ESTALE
+        # (libfuse 3) for a file whose name another thread's rename replaced
+        # between lookup and open: retry then, backing off so the renaming
+        # threads get ahead.
         for attempt in range(200):
             try:
                 with open(path, "wb") as f:
                     f.writelines(data[start:start + 7000] for start in range(0, len(data), 7000))
                 return
-            except FileNotFoundError:
+            except OSError as error:
+                if error.errno not in (errno.ENOENT, errno.ESTALE):
+                    raise
                 time.sleep(min(0.05, 0.001 * attempt))
         raise AssertionError(f"{path} could not be opened in 200 attempts")
 
