@@ -11,6 +11,7 @@ import pytest
 from zarr2_roundtrip import check_reads_what_zarr2_wrote, check_zarr2_reads_what_we_wrote
 
 from zstores.errors import InvalidKeyError, StoreNotFoundError
+from zstores.stores import sqlite as sqlite_module
 from zstores.stores.sqlite import SQLiteStore
 from zstores.testing import StoreTests
 
@@ -181,6 +182,44 @@ def test_new_file_gets_16_kib_pages_and_an_existing_file_keeps_its_own(tmp_path)
         store["a/1"] = bytes(100_000)
         assert store["a/0"] == b"\x01" and store["a/1"] == bytes(100_000)
         assert store._db().execute("PRAGMA page_size").fetchone()[0] == 4096
+
+
+def _checkpoint_threads():
+    return [t for t in threading.enumerate() if t.name == "zstores-sqlite-checkpoint"]
+
+
+def test_wal_is_checkpointed_by_a_thread_of_its_own_and_stays_bounded(tmp_path, monkeypatch):
+    """Commits never run SQLite's automatic checkpoint; the store's thread
+    copies the WAL into the file while writes go on, and the WAL stays bounded."""
+    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_BYTES", 1 << 20)
+    path = tmp_path / "data.sqlite"
+    value = bytes(range(256)) * 256  # 64 KiB
+    largest_wal = 0
+    with SQLiteStore(path) as store:
+        assert store._db().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        for i in range(320):  # 20 MiB: twenty checkpoints' worth
+            store[f"c/{i}"] = value
+            largest_wal = max(largest_wal, (tmp_path / "data.sqlite-wal").stat().st_size)
+        assert len(_checkpoint_threads()) == 1
+        file_size_before_close = path.stat().st_size
+        store.setitems({f"b/{i}": value for i in range(32)})
+    # The file took in most of the data before close (the thread checkpointed),
+    # and the WAL never held more than a few checkpoints' worth.
+    assert file_size_before_close > 10 << 20
+    # (a WAL frame holds a 16 KiB page: 64 KiB values take about 1.25x their size)
+    assert largest_wal < 2 * (sqlite_module._CHECKPOINT_LAG + 2) << 20  # unbounded: ~25 MiB
+    assert not (tmp_path / "data.sqlite-wal").exists()  # the last close checkpointed it all
+    assert not _checkpoint_threads()
+    with SQLiteStore(path, mode="r") as store:
+        assert len(store) == 352 and store["c/319"] == value and store["b/31"] == value
+
+
+def test_a_read_only_store_starts_no_checkpoint_thread(tmp_path):
+    path = tmp_path / "data.sqlite"
+    with SQLiteStore(path) as store:
+        store["a"] = b"1"
+    with SQLiteStore(path, mode="r") as store:
+        assert store["a"] == b"1" and store._checkpointer is None
 
 
 def test_tables_share_a_file(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sqlite3
@@ -32,6 +33,14 @@ _ROW_OVERHEAD = 1 << 16
 # appends a quarter of the WAL frames (each two write calls) and a read
 # fetches a quarter of the pages; rows of small values still share a page.
 _PAGE_SIZE = 16384
+
+# Bytes written between two checkpoints of the WAL into the database file
+# (SQLite's own default is 1,000 pages: 16 MiB at our page size).
+_CHECKPOINT_BYTES = 16 << 20
+
+# Checkpoints the background thread may fall behind by before a writer runs
+# one itself, which bounds the WAL at about this many times _CHECKPOINT_BYTES.
+_CHECKPOINT_LAG = 4
 
 
 def _check_table(table: str) -> str:
@@ -81,6 +90,102 @@ class _Connection:
         self.db.close()
 
 
+def _connect(path: str, mode: str, timeout: float) -> sqlite3.Connection:
+    """A connection to ``path`` (or ``":memory:"``) for a store opened with ``mode``."""
+    if path == MEMORY:
+        target, uri = MEMORY, False
+    else:
+        access = {"r": "ro", "r+": "rw"}.get(mode, "rwc")
+        if access == "rwc":
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        target, uri = f"{Path(path).as_uri()}?mode={access}", True
+    db = sqlite3.connect(
+        target, timeout=timeout, isolation_level=None, check_same_thread=False, uri=uri
+    )
+    if path != MEMORY:
+        db.execute("PRAGMA synchronous=NORMAL")
+        if mode != "r":
+            db.execute("PRAGMA wal_autocheckpoint=0")  # see _Checkpointer
+    return db
+
+
+class _Checkpointer:
+    """Copies the WAL into the database file from a thread of its own.
+
+    SQLite's automatic checkpoint runs inside the commit that crosses its
+    threshold, which then waits for the copy and two fsyncs.  The store's
+    connections turn it off (``wal_autocheckpoint=0``) and its writers report
+    what they commit here; every ``_CHECKPOINT_BYTES`` this thread runs a
+    PASSIVE checkpoint on its own connection while the writers go on, then a
+    second one under the store's write lock for what they added meanwhile,
+    so that the next write starts the WAL over.  A writer that gets
+    ``_CHECKPOINT_LAG`` checkpoints ahead waits for the thread: the WAL stays
+    bounded.  The last connection to close checkpoints what is left.
+    """
+
+    def __init__(self, connect: Any, write_lock: Any) -> None:
+        self._connect = connect
+        self._write_lock = write_lock
+        self._written = 0
+        self._requested = 0
+        self._done = 0
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+
+    def wrote(self, size: int) -> None:
+        """Count ``size`` bytes committed (called after the write lock is released)."""
+        with self._wake:
+            self._written += size
+            if self._written < _CHECKPOINT_BYTES:
+                return
+            self._written = 0
+            self._requested += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="zstores-sqlite-checkpoint", daemon=True)
+                self._thread.start()
+            self._wake.notify_all()
+            while self._requested - self._done > _CHECKPOINT_LAG and not self._closing:
+                self._wake.wait()
+
+    def _run(self) -> None:
+        db = self._connect()
+        try:
+            while True:
+                with self._wake:
+                    while self._done == self._requested and not self._closing:
+                        self._wake.wait()
+                    if self._closing:
+                        return
+                _checkpoint(db)  # the bulk, while writers go on
+                with self._write_lock:  # the rest: the next write then restarts the WAL
+                    with self._wake:
+                        covered = self._requested
+                    _checkpoint(db)
+                with self._wake:
+                    self._done = max(self._done, covered)
+                    self._wake.notify_all()
+        finally:
+            db.close()
+
+    def close(self, wait: bool = True) -> None:
+        """Stop the thread (after the checkpoint it is running, if any)."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify_all()
+        thread = self._thread
+        if wait and thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+
+def _checkpoint(db: sqlite3.Connection) -> None:
+    try:
+        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    except sqlite3.OperationalError:
+        pass  # busy or locked: the next checkpoint (or the last close) does it
+
+
 class SQLiteStore(Store):
     """Keys and values in a table of an SQLite database file (or ``":memory:"``).
 
@@ -100,8 +205,9 @@ class SQLiteStore(Store):
     file gets 16 KiB pages instead of SQLite's 4 KiB: a chunk then spans a
     quarter of the pages, so writing it appends a quarter of the WAL frames
     and reading it fetches a quarter of the pages (a file made elsewhere keeps
-    its page size).  SQLite checkpoints the WAL into the file every 1,000
-    pages (16 MiB).
+    its page size).  The WAL is checkpointed into the file every 16 MiB
+    written, by a thread of the store's own while writes go on (SQLite's
+    automatic checkpoint would stall the commit that triggers it).
 
     ``":memory:"`` keeps the table in this process only: one connection,
     guarded by a lock; ``persistent`` is ``False`` and pickling copies the data.
@@ -175,6 +281,7 @@ class SQLiteStore(Store):
         self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._connections_lock = threading.Lock()
         self._q = f'"{self._table}"'  # the quoted table name for SQL
+        self._checkpointer: _Checkpointer | None = None
         if self._memory:
             self.persistent = False
             self.supports_process_writers = False
@@ -194,25 +301,22 @@ class SQLiteStore(Store):
             exists = os.path.isfile(self._path) and self._table_exists()
             self._check_existence(exists)
             if mode != "r":
+                self._start_checkpointer()
                 self._create_table()
         self.max_value_size = self._db().getlimit(sqlite3.SQLITE_LIMIT_LENGTH) - _ROW_OVERHEAD
         self._clear_if_mode_w()
 
     # ---------------------------------------------------------- connections
     def _connect(self) -> sqlite3.Connection:
-        if self._memory:
-            target, uri = MEMORY, False
-        else:
-            access = {"r": "ro", "r+": "rw"}.get(self._mode, "rwc")
-            if access == "rwc":
-                os.makedirs(os.path.dirname(self._path), exist_ok=True)
-            target, uri = f"{Path(self._path).as_uri()}?mode={access}", True
-        db = sqlite3.connect(
-            target, timeout=self._timeout, isolation_level=None, check_same_thread=False, uri=uri
-        )
-        if not self._memory:
-            db.execute("PRAGMA synchronous=NORMAL")
-        return db
+        return _connect(self._path, self._mode, self._timeout)
+
+    def _start_checkpointer(self) -> None:
+        # The thread knows the file, not the store: an unclosed store can
+        # still be collected, and stopping the thread is its finalizer's job.
+        checkpointer = _Checkpointer(functools.partial(_connect, self._path, self._mode,
+                                                       self._timeout), self._write_lock)
+        self._checkpointer = checkpointer
+        weakref.finalize(self, checkpointer.close, False)
 
     def _db(self) -> sqlite3.Connection:
         """The calling thread's connection (the only one for ``":memory:"``)."""
@@ -236,6 +340,8 @@ class SQLiteStore(Store):
         self._write_lock = threading.Lock()
         self._local = threading.local()
         self._pid = os.getpid()
+        if self._checkpointer is not None:  # the parent's thread did not come along
+            self._start_checkpointer()
 
     def _table_exists(self) -> bool:
         db = self._db()
@@ -256,8 +362,12 @@ class SQLiteStore(Store):
             db.execute(f"CREATE TABLE IF NOT EXISTS {self._q}(k TEXT PRIMARY KEY, v BLOB)")
 
     @contextmanager
-    def _transaction(self, write: bool = False) -> Iterator[sqlite3.Connection]:
-        """One transaction: ``BEGIN IMMEDIATE`` to write, a consistent snapshot to read."""
+    def _transaction(self, write: bool = False, size: int = _PAGE_SIZE
+                     ) -> Iterator[sqlite3.Connection]:
+        """One transaction: ``BEGIN IMMEDIATE`` to write, a consistent snapshot to read.
+
+        ``size`` estimates the bytes a write adds to the WAL (for checkpoints).
+        """
         with self._write_lock if write else self._read_lock:
             db = self._db()
             db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -268,15 +378,23 @@ class SQLiteStore(Store):
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+        if write:
+            self._wrote(size)
+
+    def _wrote(self, size: int) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.wrote(size)
 
     def _fetchone(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
         with self._read_lock:
             return self._db().execute(sql, params).fetchone()
 
-    def _write(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+    def _write(self, sql: str, params: tuple[Any, ...] = (), size: int = _PAGE_SIZE) -> int:
         """Run one statement in its own (automatic) transaction; the rows changed."""
         with self._write_lock:
-            return self._db().execute(sql, params).rowcount
+            changed = self._db().execute(sql, params).rowcount
+        self._wrote(size)
+        return changed
 
     # ------------------------------------------------------------ primitives
     def _key(self, key: str) -> str:
@@ -314,7 +432,8 @@ class SQLiteStore(Store):
                 return blob.read(stop - first)
 
     def _set(self, key: str, value: Buffer) -> None:
-        self._write(f"INSERT OR REPLACE INTO {self._q}(k, v) VALUES (?, ?)", (key, value))
+        self._write(f"INSERT OR REPLACE INTO {self._q}(k, v) VALUES (?, ?)", (key, value),
+                    len(value) + _PAGE_SIZE)
 
     def _delete(self, key: str) -> None:
         if not self._write(f"DELETE FROM {self._q} WHERE k = ?", (key,)):
@@ -341,7 +460,8 @@ class SQLiteStore(Store):
 
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
         if items:
-            with self._transaction(write=True) as db:
+            size = sum(len(value) for _, value in items) + _PAGE_SIZE
+            with self._transaction(write=True, size=size) as db:
                 db.executemany(f"INSERT OR REPLACE INTO {self._q}(k, v) VALUES (?, ?)", items)
 
     def _delete_many(self, keys: list[str]) -> None:
@@ -418,6 +538,8 @@ class SQLiteStore(Store):
             with self._write_lock:
                 self._memory_db.close()
             return
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         with self._connections_lock:
             holders = list(self._connections)
             self._connections = weakref.WeakSet()
