@@ -12,6 +12,7 @@ import logging
 import os
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 from fuse_helpers import mountpoint, no_mount_left_behind, require_fuse
 
 import zfuse
+from zfuse.mount import READ_AHEAD_KIB
 from zfuse.operations import ReadOnlyOperations
 from zstores import MemoryStore
 
@@ -147,6 +149,28 @@ def test_read_only_mount_with_kernel_cache_leaves_open_and_close_to_libfuse(
         with pytest.raises(OSError) as failed:
             os.open(Path(m.path) / "f" / "0", os.O_RDWR)
         assert failed.value.errno == errno.EROFS
+
+
+def _read_ahead_kib(path: Path) -> int:
+    device = os.stat(path).st_dev
+    return int(Path(f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb")
+               .read_text())
+
+
+def test_mounts_ask_the_kernel_for_large_read_ahead(mountpoint: Path, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root may raise a mount's read-ahead")
+    with zfuse.mounted(MemoryStore(), mountpoint) as m:
+        assert _read_ahead_kib(Path(m.path)) >= READ_AHEAD_KIB
+    other = tmp_path / "cli"
+    other.mkdir()
+    done = subprocess.run([sys.executable, "-m", "zfuse", "mount", "memory://", str(other)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    try:
+        assert _read_ahead_kib(other) >= READ_AHEAD_KIB
+    finally:
+        zfuse.unmount(other)
 
 
 def test_missing_keys_probed_again_cost_no_round_trip_until_created(mountpoint: Path) -> None:

@@ -25,7 +25,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .mount import MountError, check_mountpoint, mount, parse_fuse_options, unmount
+from .mount import (
+    MountError,
+    check_mountpoint,
+    mount,
+    parse_fuse_options,
+    raise_read_ahead,
+    unmount,
+)
 
 __all__ = ["main"]
 
@@ -190,6 +197,7 @@ def _start_daemon(args: argparse.Namespace, mountpoint: str, extra: dict[str, An
         os.stat(mountpoint)  # the mount answers (the kernel waits for the daemon's INIT reply)
     except OSError as error:
         raise _Failure(f"the mount at {mountpoint} does not answer: {error.strerror}") from None
+    raise_read_ahead(mountpoint)
     return pid
 
 

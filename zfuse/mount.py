@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import os
 import re
 import shutil
@@ -27,6 +28,8 @@ from zstores import Store, ZStoresError
 
 from .operations import BLOCK_SIZE, StoreOperations, operations_for
 
+log = logging.getLogger("zfuse")
+
 __all__ = [
     "Mount",
     "MountError",
@@ -35,6 +38,7 @@ __all__ = [
     "is_mounted",
     "mount",
     "mounted",
+    "raise_read_ahead",
     "unmount",
 ]
 
@@ -43,6 +47,11 @@ SUBTYPE = "zfuse"
 
 # Seconds to wait for a mount to answer, and for a busy mount to become free.
 _READY_TIMEOUT = 30.0
+
+#: Read-ahead asked of the kernel for a mount, in KiB.  The kernel's default
+#: for FUSE is 128 KiB, which splits a sequential read into 128 KiB requests
+#: (a daemon round trip each); libfuse 3 takes requests of up to 1 MiB.
+READ_AHEAD_KIB = 1024
 _BUSY_TIMEOUT = 5.0
 
 _DAEMON_FSNAME = re.compile(r"zfuse-(\d+)\Z")
@@ -75,6 +84,28 @@ def _mount_entry(path: str) -> tuple[str, str] | None:
 def is_mounted(path: str | os.PathLike[str]) -> bool:
     """True if something is mounted at ``path`` (also a mount whose daemon died)."""
     return _mount_entry(os.fspath(path)) is not None
+
+
+def raise_read_ahead(path: str | os.PathLike[str], kib: int = READ_AHEAD_KIB) -> bool:
+    """Let the kernel read ahead ``kib`` KiB at a time on the mount at ``path``.
+
+    Sets the mount's ``/sys/class/bdi/MAJOR:MINOR/read_ahead_kb`` (never
+    lowers it), which takes root; returns whether the read-ahead is now at
+    least ``kib``.  A cold sequential read of a large value then costs a
+    quarter to an eighth of the daemon round trips.
+    """
+    try:
+        device = os.stat(path).st_dev
+        knob = f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb"
+        with open(knob, encoding="ascii") as current:
+            if int(current.read()) >= kib:
+                return True
+        with open(knob, "w", encoding="ascii") as setting:
+            setting.write(str(kib))
+        return True
+    except (OSError, ValueError) as error:
+        log.debug("read-ahead of %s left as it is: %s", path, error)
+        return False
 
 
 def check_mountpoint(path: str | os.PathLike[str]) -> str:
@@ -439,6 +470,8 @@ def mount(
             _restore_sigpipe()
 
     if foreground:
+        threading.Thread(target=_raise_read_ahead_when_ready, args=(path, operations),
+                         name="zfuse read-ahead", daemon=True).start()
         try:
             serve()
         except RuntimeError as error:
@@ -457,6 +490,12 @@ def mount(
     thread.start()
     _wait_until_answering(path, operations, thread, errors)
     return Mount(path, operations, thread, errors)
+
+
+def _raise_read_ahead_when_ready(path: str, operations: StoreOperations) -> None:
+    # Not from init itself: the stat it takes waits for init's reply.
+    if operations.ready.wait(_READY_TIMEOUT):
+        raise_read_ahead(path)
 
 
 def _ended_by_signal(error: RuntimeError, operations: StoreOperations) -> bool:
@@ -501,9 +540,11 @@ def _wait_until_answering(path: str, operations: StoreOperations, thread: thread
         if is_mounted(path):
             try:
                 os.stat(path)
-                return
             except OSError:
                 pass
+            else:
+                raise_read_ahead(path)
+                return
         if not thread.is_alive():
             break
         time.sleep(0.02)
