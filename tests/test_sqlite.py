@@ -214,6 +214,20 @@ def test_wal_is_checkpointed_by_a_thread_of_its_own_and_stays_bounded(tmp_path, 
         assert len(store) == 352 and store["c/319"] == value and store["b/31"] == value
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_writers_never_wait_for_a_checkpoint_thread_that_failed(tmp_path, monkeypatch):
+    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_BYTES", 1 << 16)
+    with SQLiteStore(tmp_path / "data.sqlite") as store:
+        def refuse():
+            raise sqlite3.OperationalError("unable to open database file")
+
+        store._checkpointer._connect = refuse
+        for i in range(4 * sqlite_module._CHECKPOINT_LAG):  # far past the lag
+            store[f"k{i}"] = bytes(1 << 16)
+        assert len(store) == 4 * sqlite_module._CHECKPOINT_LAG
+
+
 def test_a_read_only_store_starts_no_checkpoint_thread(tmp_path):
     path = tmp_path / "data.sqlite"
     with SQLiteStore(path) as store:

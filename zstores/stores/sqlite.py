@@ -38,8 +38,8 @@ _PAGE_SIZE = 16384
 # (SQLite's own default is 1,000 pages: 16 MiB at our page size).
 _CHECKPOINT_BYTES = 16 << 20
 
-# Checkpoints the background thread may fall behind by before a writer runs
-# one itself, which bounds the WAL at about this many times _CHECKPOINT_BYTES.
+# Checkpoints the background thread may fall behind by before a writer waits
+# for it, which bounds the WAL at about this many times _CHECKPOINT_BYTES.
 _CHECKPOINT_LAG = 4
 
 
@@ -150,24 +150,34 @@ class _Checkpointer:
                 self._wake.wait()
 
     def _run(self) -> None:
-        db = self._connect()
         try:
-            while True:
-                with self._wake:
-                    while self._done == self._requested and not self._closing:
-                        self._wake.wait()
-                    if self._closing:
-                        return
-                _checkpoint(db)  # the bulk, while writers go on
-                with self._write_lock:  # the rest: the next write then restarts the WAL
-                    with self._wake:
-                        covered = self._requested
-                    _checkpoint(db)
-                with self._wake:
-                    self._done = max(self._done, covered)
-                    self._wake.notify_all()
+            db = self._connect()
+            try:
+                self._serve(db)
+            finally:
+                db.close()
         finally:
-            db.close()
+            # Whatever ended the thread (an error is reported by threading's
+            # excepthook), no writer may go on waiting for it.
+            with self._wake:
+                self._closing = True
+                self._wake.notify_all()
+
+    def _serve(self, db: sqlite3.Connection) -> None:
+        while True:
+            with self._wake:
+                while self._done == self._requested and not self._closing:
+                    self._wake.wait()
+                if self._closing:
+                    return
+            _checkpoint(db)  # the bulk, while writers go on
+            with self._write_lock:  # the rest: the next write then restarts the WAL
+                with self._wake:
+                    covered = self._requested
+                _checkpoint(db)
+            with self._wake:
+                self._done = max(self._done, covered)
+                self._wake.notify_all()
 
     def close(self, wait: bool = True) -> None:
         """Stop the thread (after the checkpoint it is running, if any)."""
