@@ -12,12 +12,11 @@ import logging
 import os
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from fuse_helpers import mountpoint, no_mount_left_behind, require_fuse
+from fuse_helpers import mountpoint, no_mount_left_behind, require_fuse, run_zfuse
 
 import zfuse
 from zfuse.mount import READ_AHEAD_KIB
@@ -164,8 +163,7 @@ def test_mounts_ask_the_kernel_for_large_read_ahead(mountpoint: Path, tmp_path: 
         assert _read_ahead_kib(Path(m.path)) >= READ_AHEAD_KIB
     other = tmp_path / "cli"
     other.mkdir()
-    done = subprocess.run([sys.executable, "-m", "zfuse", "mount", "memory://", str(other)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = run_zfuse("mount", "memory://", str(other))
     assert done.returncode == 0, done.stderr
     try:
         assert _read_ahead_kib(other) >= READ_AHEAD_KIB

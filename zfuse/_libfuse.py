@@ -60,14 +60,14 @@ def _library_path() -> str | None:
         raise ValueError(f"{_FORCE} must be 2 or 3 (the libfuse major version), not {forced!r}")
     if forced == "2":
         return ctypes.util.find_library("fuse")
-    if forced == "3" or _fuse3_can_mount():
-        return ctypes.util.find_library("fuse3")
+    fuse3 = ctypes.util.find_library("fuse3")  # runs ldconfig: once
+    if forced == "3" or (fuse3 is not None and _fuse3_can_mount()):
+        return fuse3
     return None
 
 
 def _fuse3_can_mount() -> bool:
-    return ctypes.util.find_library("fuse3") is not None and (
-        os.geteuid() == 0 or shutil.which("fusermount3") is not None)
+    return os.geteuid() == 0 or shutil.which("fusermount3") is not None
 
 
 def libfuse_version() -> tuple[int, int]:

@@ -197,6 +197,8 @@ def _start_daemon(args: argparse.Namespace, mountpoint: str, extra: dict[str, An
         os.stat(mountpoint)  # the mount answers (the kernel waits for the daemon's INIT reply)
     except OSError as error:
         raise _Failure(f"the mount at {mountpoint} does not answer: {error.strerror}") from None
+    # The daemon raises it too, once ready; doing it here as well means it is
+    # in place when this command returns.
     raise_read_ahead(mountpoint)
     return pid
 

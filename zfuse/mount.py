@@ -47,12 +47,12 @@ SUBTYPE = "zfuse"
 
 # Seconds to wait for a mount to answer, and for a busy mount to become free.
 _READY_TIMEOUT = 30.0
+_BUSY_TIMEOUT = 5.0
 
 #: Read-ahead asked of the kernel for a mount, in KiB.  The kernel's default
 #: for FUSE is 128 KiB, which splits a sequential read into 128 KiB requests
 #: (a daemon round trip each); libfuse 3 takes requests of up to 1 MiB.
 READ_AHEAD_KIB = 1024
-_BUSY_TIMEOUT = 5.0
 
 _DAEMON_FSNAME = re.compile(r"zfuse-(\d+)\Z")
 
