@@ -6,6 +6,8 @@ written against plain mappings and files keeps working.
 
 from __future__ import annotations
 
+import errno as _errno
+
 
 class ZStoresError(Exception):
     """Base class of every error raised by zstores itself."""
@@ -21,6 +23,19 @@ class KeyConflictError(InvalidKeyError):
     Hierarchical backends (folders, zip members seen as folders) cannot hold
     both ``a`` and ``a/b``; key/value backends can and never raise this.
     """
+
+
+class UnsafePathError(ZStoresError, PermissionError):
+    """A key's path below a folder store's root meets a symbolic link.
+
+    Folder stores never follow links below their root (the root itself may be
+    one): a link planted in the store's folder could otherwise make a write,
+    delete or read reach files outside it.  The message names the key and the
+    link; ``errno`` is ``EACCES``, so a zfuse mount answers "Permission denied".
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*_with_errno(_errno.EACCES, args))
 
 
 class ReadOnlyError(ZStoresError, PermissionError):
@@ -41,6 +56,42 @@ class StoreExistsError(ZStoresError, FileExistsError):
 
 class StoreConnectionError(ZStoresError, ConnectionError):
     """The server behind a network store could not be reached or failed."""
+
+
+class StoreIOError(ZStoresError, OSError):
+    """The backend failed to read or write (an I/O error, a damaged file).
+
+    Raised with the backend's own exception chained (``__cause__``), the
+    message naming the store.  ``errno`` is the failure's (``EIO`` when the
+    backend gave none).  Construct it as ``StoreIOError("message")`` or with an
+    errno first, ``StoreIOError(errno.EIO, "message")``, like ``OSError``.
+    """
+
+    default_errno = _errno.EIO
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*_with_errno(self.default_errno, args))
+
+
+class StoreFullError(StoreIOError):
+    """A write failed because the disk (or the backend's map or memory) is full.
+
+    ``errno`` is ``ENOSPC``.  The failed write left nothing half-written: every
+    value acknowledged before it is intact, an overwrite that failed left the
+    old value, and deleting keys frees room for new writes.
+
+    Examples
+    --------
+    >>> error = StoreFullError("SQLiteStore('x.sqlite'): the disk is full")
+    >>> isinstance(error, OSError), error.errno == _errno.ENOSPC
+    (True, True)
+    """
+
+    default_errno = _errno.ENOSPC
+
+
+class CorruptValueError(StoreIOError):
+    """A stored value or the backend's file is damaged (a checksum or structure check failed)."""
 
 
 class ValueTooLargeError(ZStoresError, ValueError):
@@ -69,3 +120,15 @@ class LeaseExpiredError(ZStoresError, RuntimeError):
 
 class StoreLockedError(ZStoresError, BlockingIOError):
     """Another process has this single-writer store open for writing."""
+
+
+def _with_errno(code: int, args: tuple[object, ...]) -> tuple[object, ...]:
+    """``OSError`` arguments with ``code`` as the errno when only a message was given.
+
+    ``OSError(errno, message)`` sets ``.errno``; a subclass raised with a lone
+    message would leave it ``None``.  Keeping the two-argument form in ``args``
+    also lets the error pickle and unpickle unchanged (worker processes).
+    """
+    if len(args) == 1 and isinstance(args[0], str):
+        return (code, args[0])
+    return args

@@ -38,7 +38,9 @@ def normalize_storage_path(path: str | bytes | None) -> str:
     Raises
     ------
     InvalidKeyError
-        If the path has a ``.`` or ``..`` segment or a NUL character.
+        If the path has a ``.`` or ``..`` segment, a NUL character or a lone
+        surrogate (a key must be valid Unicode, so that every backend can
+        store it as UTF-8).
     TypeError
         If the path is not a string.
 
@@ -57,6 +59,8 @@ def normalize_storage_path(path: str | bytes | None) -> str:
         path = path.replace("\\", "/")
     if "\x00" in path:
         raise InvalidKeyError(f"invalid key {path!r}: keys may not contain NUL characters")
+    if not path.isascii():
+        check_utf8_key(path)
     if path.startswith("/") or path.endswith("/") or "//" in path:
         path = "/".join(segment for segment in path.split("/") if segment)
     if "." in path:
@@ -85,9 +89,12 @@ def normalize_key(key: str) -> str:
         and "//" not in key
         and "\\" not in key
         and "\x00" not in key
+        and key.isascii()
     ):
         # Already normal, and no segment can be '.' or '..': every store call
-        # passes here, so the common case costs a few substring tests.
+        # passes here, so the common case costs a few substring tests.  Keys
+        # with non-ASCII characters take the slow path, which refuses lone
+        # surrogates (keys must be valid Unicode on every backend).
         return key
     if not isinstance(key, str):
         raise TypeError(f"a key must be a str, not {type(key).__name__}")
