@@ -13,6 +13,17 @@ trip) and negative ones (zarr readers probe ``.zarray``, ``.zattrs``,
 ``zarr.json`` again and again).  Every change made through the mount updates the cache at once;
 changes made to the store by others show after at most ``attr_timeout``.
 
+Names follow a local disk's rules: one that is not UTF-8 is refused with
+EILSEQ, one longer than 255 bytes with ENAMETOOLONG, wherever a name is made
+(create, mknod, mkdir, link, the target of rename).  Keys that other writers
+stored with such names stay reachable through the library only: a listing
+leaves them out and a lookup does not find them, so ``ls`` never shows a
+name that ``open`` then refuses.
+
+Store errors reach the mount's users as the errno a local disk would give
+(``errno_for``): a full disk is ENOSPC at ``close`` (where the value is
+committed), a symbolic link a folder store refuses to follow is EACCES.
+
 Inode numbers (``use_ino``) come from the key's name while the mount has not
 changed the key, and are allocated afresh when the mount creates it; a
 replaced value always gets a new modification time (nanoseconds, strictly
@@ -41,6 +52,10 @@ from zstores import Store
 from zstores.errors import (
     InvalidKeyError,
     ReadOnlyError,
+    StoreClosedError,
+    StoreConnectionError,
+    StoreIOError,
+    StoreLockedError,
     UnsupportedOperationError,
     ValueTooLargeError,
 )
@@ -48,15 +63,18 @@ from zstores.errors import (
 from .handles import Handle, OpenFile
 
 __all__ = ["BLOCK_SIZE", "Attrs", "ReadOnlyOperations", "StoreOperations", "errno_for",
-           "operations_for"]
+           "name_error", "operations_for"]
 
 log = logging.getLogger("zfuse")
 
 #: The I/O size the mount advertises (``st_blksize``) and its statfs block.
 BLOCK_SIZE = 128 << 10
 
-# Names longer than this (bytes of UTF-8) cannot be looked up by the kernel;
-# listing them would make the kernel reject the whole directory.
+# The longest name (bytes of UTF-8) the mount creates, looks up or lists, as
+# on local file systems (statfs reports it as f_namemax).  The kernel itself
+# passes FUSE names up to 1024 bytes, but tools size their buffers by
+# NAME_MAX: a longer name is refused with ENAMETOOLONG when created and is
+# not shown, so what the mount lists is exactly what it can open.
 _NAME_MAX = 255
 
 # Inode numbers: 1 is the root, small numbers are allocated to keys the
@@ -87,31 +105,50 @@ _MAX_READERS = 16
 _NOMINAL_BYTES = 1 << 50
 
 # Errors from the operating system that name a real condition of the
-# backend, reported as they are; any other failure is EIO with a log line.
+# backend, reported as they are (StoreFullError is ENOSPC, UnsafePathError
+# EACCES); any other failure is EIO with a log line.
 _PASS_THROUGH = frozenset(
-    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENAMETOOLONG, errno.EACCES, errno.EROFS}
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENAMETOOLONG, errno.EACCES, errno.EPERM,
+     errno.EROFS}
 )
 
 
 def errno_for(error: BaseException) -> int | None:
     """The errno a store error maps to, or None for an unexpected failure (EIO, logged).
 
-    ===========================  ===========
-    error                        errno
-    ===========================  ===========
-    KeyError (missing key)       ENOENT
-    ReadOnlyError                EROFS
-    ValueTooLargeError           EFBIG
-    InvalidKeyError              EINVAL
-    UnsupportedOperationError    EOPNOTSUPP
-    MemoryError                  ENOMEM
-    OSError: ENOSPC, EDQUOT ...  the same
-    anything else                None (EIO)
-    ===========================  ===========
+    =================================  ===========
+    error                              errno
+    =================================  ===========
+    KeyError (missing key)             ENOENT
+    ReadOnlyError                      EROFS
+    ValueTooLargeError                 EFBIG
+    InvalidKeyError                    EINVAL
+    UnsupportedOperationError          EOPNOTSUPP
+    MemoryError                        ENOMEM
+    StoreFullError                     ENOSPC
+    UnsafePathError                    EACCES
+    StoreLockedError                   EAGAIN
+    StoreConnectionError               EIO
+    StoreIOError, CorruptValueError    EIO
+    StoreClosedError                   EIO
+    OSError: ENOSPC, EDQUOT, EACCES    the same
+    anything else                      None (EIO)
+    =================================  ===========
+
+    A server that cannot be reached is EIO, as on an NFS soft mount, not
+    ENOTCONN: that is what a dead FUSE mount answers, and would send users
+    to unmount a mount that recovers when the server is back.  Only errors
+    whose cause a user can act on keep their own errno; the rest are EIO,
+    which the wrapper logs with the store's message.
 
     Examples
     --------
+    >>> from zstores.errors import StoreFullError, UnsafePathError
     >>> errno_for(KeyError("a")) == errno.ENOENT
+    True
+    >>> errno_for(StoreFullError("SQLiteStore('x'): the disk is full")) == errno.ENOSPC
+    True
+    >>> errno_for(UnsafePathError("DirectoryStore('d'): 'a' is a link")) == errno.EACCES
     True
     """
     if isinstance(error, FuseOSError):
@@ -128,8 +165,14 @@ def errno_for(error: BaseException) -> int | None:
         return errno.EOPNOTSUPP
     if isinstance(error, MemoryError):
         return errno.ENOMEM
+    if isinstance(error, StoreLockedError):
+        return errno.EAGAIN
+    if isinstance(error, (StoreConnectionError, StoreClosedError)):
+        return errno.EIO
     if isinstance(error, OSError) and error.errno in _PASS_THROUGH:
-        return error.errno
+        return error.errno  # StoreFullError (ENOSPC), UnsafePathError (EACCES) among them
+    if isinstance(error, StoreIOError):
+        return errno.EIO
     return None
 
 
@@ -160,11 +203,14 @@ def _operation(method: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except Exception as error:  # noqa: BLE001 - every failure must become an errno
             code = errno_for(error)
-            if code is None or code not in (errno.ENOENT, errno.EINVAL):
-                level = logging.ERROR if code is None else logging.WARNING
+            if code is None:
+                code = errno.EIO
+            if code not in (errno.ENOENT, errno.EINVAL):
+                # EIO says nothing to the user: the log line is where the cause is.
+                level = logging.ERROR if code == errno.EIO else logging.WARNING
                 log.log(level, "%s %s failed: %s: %s", name, _path_arg(args),
                         type(error).__name__, error)
-            raise FuseOSError(errno.EIO if code is None else code) from None
+            raise FuseOSError(code) from None
 
     return wrapper
 
@@ -175,6 +221,57 @@ def _path_arg(args: tuple[Any, ...]) -> str:
 
 def _fail(code: int) -> FuseOSError:
     return FuseOSError(code)
+
+
+def name_error(key: str) -> int | None:
+    """Why the mount refuses to create ``key``: EILSEQ, ENAMETOOLONG, or None if it may.
+
+    The kernel hands names over as bytes, decoded with ``surrogateescape``:
+    bytes that are not UTF-8 arrive as lone surrogates, which no store can
+    keep as a key (EILSEQ, as file systems that require UTF-8 answer).  A
+    segment longer than ``_NAME_MAX`` bytes is ENAMETOOLONG, as on a local
+    disk, instead of a file that would never be listed.
+
+    Examples
+    --------
+    >>> name_error("a/b") is None
+    True
+    >>> name_error("a/" + "x" * 256) == errno.ENAMETOOLONG
+    True
+    >>> name_error(b"caf\\xe9".decode("utf-8", "surrogateescape")) == errno.EILSEQ
+    True
+    """
+    if key.isascii():
+        if len(key) <= _NAME_MAX:
+            return None
+        return _too_long(key.split("/"))
+    try:
+        encoded = key.encode("utf-8")
+    except UnicodeEncodeError:
+        return errno.EILSEQ
+    if len(encoded) <= _NAME_MAX:
+        return None
+    return _too_long(encoded.split(b"/"))
+
+
+def _too_long(segments: list[str] | list[bytes]) -> int | None:
+    return errno.ENAMETOOLONG if any(len(s) > _NAME_MAX for s in segments) else None
+
+
+def _listable(name: str) -> bool:
+    """Whether a listed name is one the mount can also look up (and the kernel accept).
+
+    Keys that other writers stored with a longer segment, a backslash (the
+    store reads it as ``/``) or bytes that are not UTF-8 (a folder store's
+    stray file) stay reachable through the library, not through the mount.
+    """
+    if name.isascii():
+        return len(name) <= _NAME_MAX and "\\" not in name
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return False
+    return size <= _NAME_MAX and "\\" not in name
 
 
 def _parent(key: str) -> str:
@@ -405,6 +502,9 @@ class StoreOperations(mfusepy.Operations):
         """The attributes of ``key`` ("" is the root); ENOENT if it is nothing."""
         if not key:
             return self._dir_stat("")
+        if len(key) > _NAME_MAX // 4 and name_error(key) == errno.ENAMETOOLONG:
+            # Never listed, so never looked up either (a local disk says the same).
+            raise _fail(errno.ENAMETOOLONG)
         file = self._pending(key)
         if file is not None:
             return self._file_stat(key, file.size())
@@ -473,10 +573,19 @@ class StoreOperations(mfusepy.Operations):
             return False
 
     def _key_to_write(self, path: str) -> str:
-        """The key of a path the caller wants to create; EINVAL if the store refuses it."""
+        """The key of a path the caller wants to create.
+
+        EILSEQ if the name is not UTF-8, ENAMETOOLONG if a segment is longer
+        than ``_NAME_MAX`` bytes, EINVAL if the store refuses the key or
+        would keep it under another name.
+        """
         if self.read_only:
             raise _fail(errno.EROFS)
         key = path[1:]
+        code = name_error(key)
+        if code is not None:
+            log.warning("refused name %r: %s", path, os.strerror(code))
+            raise _fail(code)
         try:
             normalized = self.store._key(key)
         except InvalidKeyError as error:
@@ -598,8 +707,7 @@ class StoreOperations(mfusepy.Operations):
         for key, file in list(self._files.items()):
             if file.pending and key.startswith(prefix) and "/" not in key[len(prefix):]:
                 kinds[key[len(prefix):]] = True
-        return {name: kind for name, kind in kinds.items()
-                if len(name.encode("utf-8", "surrogateescape")) <= _NAME_MAX}
+        return {name: kind for name, kind in kinds.items() if _listable(name)}
 
     def _mostly_files(self, prefix: str, names: list[str]) -> bool:
         """Whether a sample of ``names`` is (nearly) all keys: a folder of chunks."""
