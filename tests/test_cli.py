@@ -393,7 +393,7 @@ def test_ls_du_cp_recognise_zarr_v3(tmp_path: Path) -> None:
     assert contents(copy) == contents(str(path))
     checked = zstores_cmd("verify", copy)
     assert checked.code == 0
-    assert "not decoded: 1 zarr v3 array (4 chunks found)" in checked.out
+    assert "checked 1 array and 2 groups: 4 of 4 chunks decoded" in checked.out
 
 
 # ---------------------------------------------------- rm, consolidate, migrate

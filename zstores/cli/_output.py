@@ -22,6 +22,7 @@ __all__ = [
     "one_line",
     "plural",
     "print_json",
+    "print_problems",
     "progress_bar",
     "progress_wanted",
 ]
@@ -103,6 +104,30 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     raise TypeError(f"cannot write a {type(value).__name__} as JSON")
+
+
+def print_problems(lines: list[str], limit: int, breakdown: str = "", *,
+                   prefix: str = "", file: Any = None) -> None:
+    """Print the first ``limit`` lines, then one line saying how many were left out.
+
+    A store of 20,000 stray keys must not bury the summary under 20,000
+    lines: the rest is counted (``breakdown`` says of what kinds) and
+    ``--json`` lists it all.
+
+    Examples
+    --------
+    >>> print_problems([f"k{i}: stray" for i in range(5)], 2, "5 stray_key")
+    k0: stray
+    k1: stray
+    ... and 3 more (5 stray_key in all; --json lists every one)
+    """
+    out = sys.stdout if file is None else file
+    for line in lines[:limit]:
+        print(f"{prefix}{line}", file=out)
+    if len(lines) > limit:
+        detail = f"{breakdown} in all; " if breakdown else ""
+        print(f"{prefix}... and {len(lines) - limit:,} more ({detail}--json lists every one)",
+              file=out)
 
 
 class _NoBar:
