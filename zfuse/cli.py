@@ -5,6 +5,12 @@
     zfuse mount URL MOUNTPOINT [--read-only] [--foreground] [--allow-other]
                 [--attr-timeout S] [-o FUSE_OPTION ...] [--log-file PATH]
     zfuse unmount MOUNTPOINT [--lazy]
+    zfuse list [--json]
+    zfuse --version
+
+mfusepy (the extra ``zstores[fuse]``) is needed to mount, not for ``--help``,
+``--version``, ``list`` or ``unmount``: without it ``mount`` says in one line
+which extra to install.
 
 By default ``mount`` starts a daemon and returns once the mount answers.  The
 daemon is forked before anything else happens (forking a process that
@@ -17,6 +23,7 @@ failure is reported by the command that was typed, with a non-zero exit.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import select
@@ -25,12 +32,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from . import registry
 from .mount import (
     MountError,
     check_mountpoint,
     mount,
     parse_fuse_options,
     raise_read_ahead,
+    require_mfusepy,
     unmount,
 )
 
@@ -45,10 +54,86 @@ class _Failure(Exception):
     """A one-line reason to stop with exit status 1."""
 
 
+_FORMAT = argparse.RawDescriptionHelpFormatter
+
+_MAIN_EXAMPLES = """\
+examples:
+  zfuse mount sqlite:///data/run1.sqlite /mnt/run1        # in the background
+  zfuse mount --read-only data.zip /mnt/archive           # a plain path works too
+  zfuse list                                              # what is mounted, by whom
+  zfuse unmount /mnt/run1
+
+Run 'zfuse COMMAND --help' for a command's options.  Mounting needs mfusepy:
+pip install 'zstores[fuse]'.
+"""
+
+_MOUNT_EXAMPLES = """\
+examples:
+  zfuse mount lmdb:///data/run1.lmdb /mnt/run1
+  zfuse mount --read-only -o kernel_cache zip:///data/run1.zip /mnt/run1
+  zfuse mount --foreground --log-file zfuse.log redis://127.0.0.1:6379/0 /mnt/r
+"""
+
+_UNMOUNT_EXAMPLES = """\
+examples:
+  zfuse unmount /mnt/run1
+  zfuse unmount --lazy /mnt/run1     # busy: detach now, release when files close
+"""
+
+_LIST_EXAMPLES = """\
+examples:
+  zfuse list
+  zfuse list --json | python -m json.tool
+"""
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: computed only when asked (it may load libfuse)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(version_text())
+        parser.exit()
+
+
+def version_text() -> str:
+    """``zfuse X, libfuse M.N``, or what is missing for mounting.
+
+    Examples
+    --------
+    >>> version_text().startswith("zfuse ")
+    True
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours = version("zstores")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from zstores import __version__ as ours
+    try:
+        from ._libfuse import libfuse_version
+
+        major, minor = libfuse_version()
+        fuse = f"libfuse {major}.{minor}"
+    except ModuleNotFoundError as error:
+        fuse = "mfusepy not installed: pip install 'zstores[fuse]'" if error.name == "mfusepy" \
+            else f"libfuse not usable: {error}"
+    except (ImportError, OSError, AttributeError, ValueError) as error:
+        fuse = f"libfuse not usable: {str(error).splitlines()[0] if str(error) else error!r}"
+    return f"zfuse {ours}, {fuse}"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="zfuse", description="Show a zstores store as a folder (FUSE)."
+        prog="zfuse", description="Show a zstores store as a folder (FUSE).",
+        epilog=_MAIN_EXAMPLES, formatter_class=_FORMAT,
     )
+    parser.add_argument("--version", action=_VersionAction,
+                        help="show the versions of zfuse and libfuse, and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     mount_cmd = commands.add_parser(
@@ -56,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Mount a store (file://, zip://, lmdb://, sqlite://, redis:// ... "
         "or a plain path) at MOUNTPOINT.  Goes to the background once the mount answers "
         "unless --foreground is given.",
+        epilog=_MOUNT_EXAMPLES, formatter_class=_FORMAT,
     )
     mount_cmd.add_argument("url", metavar="URL", help="the store URL, or a path")
     mount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
@@ -76,10 +162,21 @@ def _parser() -> argparse.ArgumentParser:
 
     unmount_cmd = commands.add_parser("unmount", help="unmount a zfuse mount",
                                       description="Unmount MOUNTPOINT (also after the "
-                                      "daemon died) and wait for the daemon to close the store.")
+                                      "daemon died) and wait for the daemon to close the store.",
+                                      epilog=_UNMOUNT_EXAMPLES, formatter_class=_FORMAT)
     unmount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT")
     unmount_cmd.add_argument("--lazy", action="store_true",
                              help="detach now even if busy; released when the last file closes")
+
+    list_cmd = commands.add_parser(
+        "list", help="list the zfuse mounts on this machine",
+        description="List every zfuse mount: mount point, daemon pid and store URL "
+        "(passwords shown as ***).  A mount whose daemon has exited shows as 'daemon gone': "
+        "clear it with zfuse unmount.",
+        epilog=_LIST_EXAMPLES, formatter_class=_FORMAT,
+    )
+    list_cmd.add_argument("--json", action="store_true",
+                          help="print a JSON list of {mountpoint, url, pid, read_only, status}")
     return parser
 
 
@@ -100,26 +197,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "unmount":
             unmount(args.mountpoint, lazy=args.lazy)
             return 0
+        if args.command == "list":
+            return _list(args.json)
         return _mount(args)
     except (_Failure, MountError) as error:
         print(f"zfuse: error: {error}", file=sys.stderr)
         return 1
 
 
+# ------------------------------------------------------------------ list
+def _list(as_json: bool) -> int:
+    found = registry.mounts()
+    if as_json:
+        print(json.dumps([info.as_dict() for info in found], indent=2))
+        return 0
+    if not found:
+        print("no zfuse mounts")
+        return 0
+    rows = [("MOUNTPOINT", "PID", "MODE", "STORE")]
+    for info in found:
+        mode = "?" if info.read_only is None else ("ro" if info.read_only else "rw")
+        store = info.url or "(unknown)"
+        if info.status != "running":
+            store += f"  [{info.status}: zfuse unmount {info.mountpoint}]"
+        rows.append((info.mountpoint, "-" if info.pid is None else str(info.pid), mode, store))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3])
+    return 0
+
+
 # ------------------------------------------------------------------ mount
 def _mount(args: argparse.Namespace) -> int:
+    _check_fuse()  # first: without mfusepy nothing else matters
     mountpoint = check_mountpoint(args.mountpoint)
     if args.log_file:
         args.log_file = os.path.abspath(args.log_file)  # the daemon changes to /
     extra = parse_fuse_options(args.fuse_options)
-    _check_fuse()
     if args.foreground:
         _configure_logging(args.log_file)
         store = _open(args.url, args.read_only)
         try:
             _serve(args, store, mountpoint, extra, on_ready=lambda: print(
                 f"zfuse: {_redact(args.url)} mounted at {mountpoint}; Ctrl-C unmounts",
-                file=sys.stderr, flush=True))
+                file=sys.stderr, flush=True), fsname=f"zfuse-{os.getpid()}")
         finally:
             store.close()
         return 0
@@ -131,7 +252,11 @@ def _mount(args: argparse.Namespace) -> int:
 
 def _check_fuse() -> None:
     try:
-        import mfusepy  # noqa: F401 - loads libfuse
+        require_mfusepy()  # loads libfuse
+    except ModuleNotFoundError as error:
+        if error.name != "mfusepy":
+            raise _Failure(f"FUSE is not available: {error}") from None
+        raise _Failure(str(error)) from None
     except (ImportError, OSError, AttributeError) as error:
         raise _Failure(f"FUSE is not available: {error}") from None
     if not os.path.exists("/dev/fuse"):
@@ -160,7 +285,7 @@ def _serve(args: argparse.Namespace, store: Any, mountpoint: str, extra: dict[st
            **options: Any) -> None:
     mount(store, mountpoint, read_only=args.read_only, foreground=True,
           attr_timeout=args.attr_timeout, allow_other=args.allow_other,
-          fuse_options_extra=extra, **options)
+          fuse_options_extra=extra, label=_redact(args.url), **options)
 
 
 def _configure_logging(log_file: str | None) -> None:

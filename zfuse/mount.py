@@ -22,11 +22,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from zstores import Store, ZStoresError
 
-from .operations import BLOCK_SIZE, StoreOperations, operations_for
+from . import registry
+
+if TYPE_CHECKING:
+    from .operations import StoreOperations
+
+# .operations (and with it mfusepy) is imported by the functions that mount:
+# unmounting and listing mounts work without mfusepy installed.
 
 log = logging.getLogger("zfuse")
 
@@ -39,8 +45,12 @@ __all__ = [
     "mount",
     "mounted",
     "raise_read_ahead",
+    "require_mfusepy",
     "unmount",
 ]
+
+#: What to do when mfusepy, the optional package zfuse mounts with, is missing.
+MISSING_MFUSEPY = "zfuse needs mfusepy: pip install 'zstores[fuse]'"
 
 #: The filesystem type zfuse mounts show in /proc/mounts.
 SUBTYPE = "zfuse"
@@ -56,9 +66,34 @@ READ_AHEAD_KIB = 1024
 
 _DAEMON_FSNAME = re.compile(r"zfuse-(\d+)\Z")
 
+# libfuse 3's default number of worker threads (its max_threads option).
+_MAX_THREADS = 10
+
 
 class MountError(ZStoresError, OSError):
     """A mount point is unusable, or mounting or unmounting failed; the message says why."""
+
+
+def require_mfusepy() -> Any:
+    """The mfusepy module, or an ImportError naming the extra that installs it.
+
+    Raises
+    ------
+    ModuleNotFoundError
+        If mfusepy is not installed: ``zfuse needs mfusepy: pip install 'zstores[fuse]'``.
+
+    Examples
+    --------
+    >>> require_mfusepy().__name__                               # doctest: +SKIP
+    'mfusepy'
+    """
+    try:
+        import mfusepy
+    except ModuleNotFoundError as error:
+        if error.name != "mfusepy":
+            raise
+        raise ModuleNotFoundError(MISSING_MFUSEPY, name="mfusepy") from None
+    return mfusepy
 
 
 # ------------------------------------------------------------ mount table
@@ -155,7 +190,8 @@ def fuse_options(
     >>> fuse_options(read_only=True)["ro"], fuse_options()["hard_remove"]
     (True, True)
     """
-    import mfusepy
+    mfusepy = require_mfusepy()
+    from .operations import BLOCK_SIZE
 
     if attr_timeout < 0:
         raise ValueError(f"attr_timeout must be >= 0 seconds, not {attr_timeout}")
@@ -181,6 +217,12 @@ def fuse_options(
         # libfuse 3 has atomic O_TRUNC and big writes by default; closing a
         # file opened read-only then sends no FLUSH (nothing to write back).
         options["no_rofd_flush"] = True
+        # libfuse 3.12 to 3.14 start with max_idle_threads = -1 ("never end
+        # idle threads"), then reject that very value with "Ignoring invalid
+        # max threads value 4294967295 > max (100000)." on every mount.  Idle
+        # threads up to max_threads (libfuse's default 10) is the same thing:
+        # worker threads never end, so the thread state each keeps is never lost.
+        options["max_idle_threads"] = (extra or {}).get("max_threads", _MAX_THREADS)
     if read_only:
         options["ro"] = True
     if allow_other:
@@ -396,6 +438,7 @@ def mount(
     fuse_options_extra: Mapping[str, Any] | None = None,
     fsname: str = SUBTYPE,
     on_ready: Callable[[], None] | None = None,
+    label: str | None = None,
 ) -> Mount | None:
     """Show ``store`` as a folder at ``mountpoint``.
 
@@ -428,6 +471,9 @@ def mount(
         What ``df`` and /proc/mounts show as the mount's source.
     on_ready : callable, optional
         Called once the kernel has connected the mount.
+    label : str, optional
+        What ``zfuse list`` shows as the mounted store (a URL with its
+        password redacted); the store's repr by default.
 
     Returns
     -------
@@ -449,14 +495,25 @@ def mount(
     >>> m.unmount(); store["a.txt"]                               # doctest: +SKIP
     b'hi'
     """
+    require_mfusepy()
+    from .operations import operations_for
+
     path = check_mountpoint(mountpoint)
     if store.closed:
         raise MountError(f"cannot mount {store!r}: the store is closed")
     extra = dict(fuse_options_extra or {})
+    shown = label if label is not None else repr(store)
+    ro = read_only or store.read_only
+
+    def ready() -> None:
+        registry.record(path, shown, read_only=ro)  # for `zfuse list`
+        if on_ready is not None:
+            on_ready()
+
     operations = operations_for(store, read_only=read_only, attr_timeout=attr_timeout,
                                 kernel_cache=bool(extra.get("kernel_cache") or
                                                   extra.get("auto_cache")),
-                                on_ready=on_ready)
+                                on_ready=ready)
     options = fuse_options(read_only=operations.read_only, attr_timeout=attr_timeout,
                            allow_other=allow_other, fsname=fsname, extra=extra)
 
@@ -467,6 +524,7 @@ def mount(
             if not _ended_by_signal(error, operations):
                 raise
         finally:
+            registry.forget(path, pid=os.getpid())
             _restore_sigpipe()
 
     if foreground:
@@ -632,12 +690,14 @@ def unmount(mountpoint: str | os.PathLike[str], *, lazy: bool = False,
         if "busy" not in reason.lower() or time.monotonic() > deadline:
             if "busy" in reason.lower():
                 reason = (f"{path} is busy (a process has a file or its working "
-                          "directory in it); close them or unmount lazily")
+                          "directory in it); close what uses it or run "
+                          f"`zfuse unmount --lazy {path}`")
             raise MountError(f"cannot unmount {path}: {reason}")
         time.sleep(0.1)
     daemon = _DAEMON_FSNAME.match(source)
-    if daemon:
+    if daemon and int(daemon.group(1)) != os.getpid():
         _wait_for_exit(int(daemon.group(1)), 60.0)
+        registry.forget(path, pid=int(daemon.group(1)))  # a killed daemon left its record
 
 
 def _wait_for_exit(pid: int, timeout: float) -> None:
