@@ -19,6 +19,9 @@ from ..keys import normalize_storage_path, prefix_of
 
 __all__ = ["zarr_store"]
 
+#: What to do when zarr-python, the optional package the adapters serve, is missing.
+MISSING_ZARR = "zarr_store needs zarr-python: pip install 'zstores[zarr]'"
+
 
 def zarr_store(store_or_url: Store | str | os.PathLike[str], *, mode: Mode = "a") -> Any:
     """Wrap a store for the installed zarr-python (2.18 or 3.x).
@@ -33,6 +36,11 @@ def zarr_store(store_or_url: Store | str | os.PathLike[str], *, mode: Mode = "a"
         The mode a URL is opened with.  ``"r"`` also makes the adapter
         read-only over a writable store; otherwise the adapter is read-only
         exactly when the store is.
+
+    Raises
+    ------
+    ModuleNotFoundError
+        If zarr-python is not installed (``pip install 'zstores[zarr]'``).
 
     Returns
     -------
@@ -52,7 +60,12 @@ def zarr_store(store_or_url: Store | str | os.PathLike[str], *, mode: Mode = "a"
     15
     """
     check_mode(mode)
-    import zarr
+    try:
+        import zarr
+    except ModuleNotFoundError as error:
+        if error.name != "zarr":
+            raise  # zarr is there but something it needs is not: its own message says what
+        raise ModuleNotFoundError(MISSING_ZARR, name="zarr") from None
 
     major = int(zarr.__version__.split(".")[0])
     if major >= 3:

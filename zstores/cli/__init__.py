@@ -10,6 +10,7 @@
     zstores rm URL PATH
     zstores consolidate URL
     zstores migrate URL
+    zstores --version
 
 Every subcommand takes a store URL as ``zstores.open_store`` does (a plain
 path picks the backend by its ending).  Exit status: 0 all well, 1 problems
@@ -63,12 +64,26 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    parser.add_argument("--version", action="version", version=f"zstores {_version()}",
+                        help="show the version of zstores and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=_Parser)
     common = _common_options()
     for module in _COMMANDS:
         module.add_parser(commands, common)
     return parser
+
+
+def _version() -> str:
+    """The installed version (importlib.metadata), else the source tree's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zstores")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from .. import __version__
+
+        return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -289,7 +289,7 @@ class FileLock:
             raise
 
     def _lock_file(self, timeout: float | None) -> bool:
-        import fasteners
+        fasteners = _import_fasteners()
 
         local = self._local
         if local.file is None:
@@ -324,6 +324,19 @@ class FileLock:
         self.release()
 
 
+def _import_fasteners() -> Any:
+    """The fasteners module, or an ImportError naming the extra that installs it."""
+    try:
+        import fasteners
+    except ModuleNotFoundError as error:
+        if error.name != "fasteners":
+            raise
+        raise ModuleNotFoundError(
+            "ProcessSynchronizer needs fasteners: pip install 'zstores[sync]'", name="fasteners"
+        ) from None
+    return fasteners
+
+
 def _unsupported(folder: str, error: BaseException) -> LockUnsupportedError:
     return LockUnsupportedError(
         f"cannot lock files in {folder!r}: its file system does not support file locks "
@@ -356,6 +369,8 @@ class ProcessSynchronizer:
 
     Raises
     ------
+    ModuleNotFoundError
+        If fasteners is not installed (``pip install 'zstores[sync]'``).
     LockUnsupportedError
         If the folder's file system does not support file locks.
     NotADirectoryError
@@ -378,6 +393,7 @@ class ProcessSynchronizer:
         timeout: float | None = None,
         stripes: int | None = None,
     ) -> None:
+        _import_fasteners()  # a missing extra fails before any folder is made
         self.path = os.path.abspath(os.fspath(path))
         self.timeout = _check_timeout(timeout)
         if stripes is not None and (not isinstance(stripes, int) or stripes < 1):
@@ -393,7 +409,7 @@ class ProcessSynchronizer:
 
     def _check_locking(self) -> None:
         """Fail now, not at the first write, on a file system without locks."""
-        import fasteners
+        fasteners = _import_fasteners()
 
         probe = fasteners.InterProcessLock(os.path.join(self.path, ".zstores-probe.lock"))
         try:
