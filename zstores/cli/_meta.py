@@ -254,6 +254,53 @@ def check_consolidated(meta: Any) -> list[str]:
     return problems
 
 
+# ------------------------------------------------------------------ spec v3
+_V3_TIME_TYPES = ("numpy.datetime64", "numpy.timedelta64")
+
+
+def v3_itemsize(data_type: Any) -> int:
+    """Bytes per element of a v3 ``data_type``; 0 when variable-length or unknown.
+
+    Covers the core types (``int8`` ... ``complex128``, ``r<bits>``) and the
+    fixed-size extensions zarr-python writes (datetimes, fixed-length
+    strings and bytes, which state ``length_bytes``).
+
+    Examples
+    --------
+    >>> v3_itemsize("float32"), v3_itemsize("r24"), v3_itemsize("string")
+    (4, 3, 0)
+    >>> v3_itemsize({"name": "fixed_length_utf32", "configuration": {"length_bytes": 12}})
+    12
+    """
+    if isinstance(data_type, dict):
+        name, config = data_type.get("name"), data_type.get("configuration") or {}
+        if name in _V3_TIME_TYPES:
+            return 8
+        length = config.get("length_bytes") if isinstance(config, dict) else None
+        return length if _is_int(length) and length > 0 else 0
+    if not isinstance(data_type, str):
+        return 0
+    if data_type in _V3_TIME_TYPES:
+        return 8
+    if data_type.startswith("r") and data_type[1:].isdigit() and int(data_type[1:]) % 8 == 0:
+        return int(data_type[1:]) // 8
+    if data_type in ("bool", "float16", "float32", "float64", "complex64", "complex128") or \
+            data_type.startswith(("int", "uint")) and data_type.lstrip("uint").isdigit():
+        try:
+            return int(np.dtype(data_type).itemsize)
+        except TypeError:
+            return 0
+    return 0
+
+
+def _inner_chunks(codecs: list[Any]) -> tuple[int, ...] | None:
+    """The inner chunk shape when the array-to-bytes codec is ``sharding_indexed``."""
+    for codec in codecs:
+        if isinstance(codec, dict) and codec.get("name") == "sharding_indexed":
+            return tuple(int(n) for n in (codec.get("configuration") or {})["chunk_shape"])
+    return None
+
+
 # ------------------------------------------------------------ arrays (v2, v3)
 @dataclass
 class Array:
@@ -277,6 +324,8 @@ class Array:
     separator: str = "."
     key_prefix: str = ""
     codecs: list[Any] = field(default_factory=list)
+    item_bytes: int = 0  # bytes per element of a v3 data type; 0 if variable or unknown
+    inner_chunks: tuple[int, ...] | None = None  # a sharded v3 array's inner chunk shape
 
     @classmethod
     def from_v2(cls, path: str, meta: Mapping[str, Any]) -> Array:
@@ -300,20 +349,25 @@ class Array:
     def from_v3(cls, path: str, meta: Mapping[str, Any]) -> Array:
         """An array from a v3 ``zarr.json`` document (regular chunk grid).
 
+        ``chunks`` is the shape of what one key stores: the shard shape of a
+        sharded array, whose inner chunk shape is ``inner_chunks``.
+
         Examples
         --------
         >>> a = Array.from_v3("x", {"zarr_format": 3, "node_type": "array", "shape": [10],
         ...     "data_type": "uint8", "chunk_grid": {"name": "regular",
         ...     "configuration": {"chunk_shape": [4]}}, "codecs": [{"name": "bytes"}],
         ...     "fill_value": 0, "chunk_key_encoding": {"name": "default"}})
-        >>> a.chunk_key((2,))
-        'c/2'
+        >>> a.chunk_key((2,)), a.nbytes, a.inner_chunks
+        ('c/2', 10, None)
         """
         try:
             shape = tuple(int(n) for n in meta["shape"])
             grid = meta.get("chunk_grid") or {}
             chunks = tuple(int(n) for n in grid.get("configuration", {}).get("chunk_shape", shape))
             encoding = meta.get("chunk_key_encoding") or {"name": "default"}
+            codecs = list(meta.get("codecs") or [])
+            inner = _inner_chunks(codecs)
         except (TypeError, ValueError, KeyError, AttributeError) as error:
             raise BadMetadata(f"not a zarr v3 array document ({error!r})") from None
         default = encoding.get("name") == "default"
@@ -321,7 +375,8 @@ class Array:
         return cls(path=path, zarr_format=3, shape=shape, chunks=chunks,
                    dtype=meta.get("data_type"), fill_value=meta.get("fill_value"),
                    separator=separator, key_prefix="c" + separator if default else "",
-                   codecs=list(meta.get("codecs") or []))
+                   codecs=codecs, item_bytes=v3_itemsize(meta.get("data_type")),
+                   inner_chunks=inner)
 
     @property
     def grid(self) -> tuple[int, ...]:
@@ -340,7 +395,8 @@ class Array:
 
     @property
     def itemsize(self) -> int:
-        return int(self.dtype.itemsize) if isinstance(self.dtype, np.dtype) else 0
+        """Bytes per element (0 for variable-length or unknown data types)."""
+        return int(self.dtype.itemsize) if isinstance(self.dtype, np.dtype) else self.item_bytes
 
     @property
     def chunk_items(self) -> int:

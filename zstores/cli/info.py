@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from ..base import Store
@@ -16,10 +17,11 @@ __all__ = ["add_parser", "array_report", "count_chunks", "is_nested", "run"]
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser = subcommand(
         commands, "info", common, help="describe an array or a group",
-        description="For an array: type, dtype, shape, chunk shape, order, compressor, "
-        "filters, bytes, bytes stored, storage ratio and chunks initialized, as zarr-python's "
-        "Array.info shows them.  For a group: its members.  Exit status 1 if the metadata "
-        "cannot be read.",
+        description="For an array: type, dtype, shape, chunk shape, order, compressor and "
+        "filters (Zarr v2) or codecs (Zarr v3; a sharded array also shows its shard shape, "
+        "and its chunk shape is the inner chunks'), bytes, bytes stored, storage ratio and "
+        "chunks (or shards) initialized, as zarr-python's Array.info shows them.  For a "
+        "group: its members.  Exit status 1 if the metadata cannot be read.",
         examples=["zstores info data.zip temperature", "zstores info lmdb:///data/run1.lmdb",
                   "zstores info data.sqlite temperature --json"],
     )
@@ -74,10 +76,26 @@ def _codec_text(config: dict[str, Any] | None) -> str:
 
 
 def _v3_codec_text(codec: Any) -> str:
+    """``gzip(level=5)``; a sharding codec shows its inner codecs the same way.
+
+    Examples
+    --------
+    >>> _v3_codec_text({"name": "sharding_indexed", "configuration": {"chunk_shape": [4],
+    ...     "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}})
+    "sharding_indexed(chunk_shape=[4], codecs=[bytes(endian='little')])"
+    """
     if not isinstance(codec, dict):
         return str(codec)
-    options = ", ".join(f"{k}={v!r}" for k, v in (codec.get("configuration") or {}).items())
+    options = ", ".join(f"{k}={_v3_option_text(v)}"
+                        for k, v in (codec.get("configuration") or {}).items())
     return f"{codec.get('name')}({options})"
+
+
+def _v3_option_text(value: Any) -> str:
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v
+                                                 for v in value):
+        return "[" + ", ".join(_v3_codec_text(v) for v in value) + "]"
+    return repr(value)
 
 
 def array_report(store: Store, node: Node) -> dict[str, Any]:
@@ -90,9 +108,13 @@ def array_report(store: Store, node: Node) -> dict[str, Any]:
         "type": f"zarr v{array.zarr_format} array",
         "data_type": str(array.dtype),
         "shape": list(array.shape),
-        "chunk_shape": list(array.chunks),
-        "order": array.order,
     }
+    if array.inner_chunks is not None:  # as zarr-python shows a sharded array
+        report["shard_shape"] = list(array.chunks)
+        report["chunk_shape"] = list(array.inner_chunks)
+    else:
+        report["chunk_shape"] = list(array.chunks)
+    report["order"] = array.order
     if array.zarr_format == 2:  # codec configs in JSON, shown as numcodecs shows codecs
         report["compressor"] = array.compressor
         if array.filters:
@@ -106,8 +128,14 @@ def array_report(store: Store, node: Node) -> dict[str, Any]:
     report["nbytes_stored"] = stored
     if array.itemsize and stored:
         report["storage_ratio"] = round(array.nbytes / stored, 1)
-    report["chunks_initialized"] = count_chunks(store, node)
-    report["nchunks"] = array.nchunks
+    if array.inner_chunks is not None:  # a key holds a shard: count those
+        report["shards_initialized"] = count_chunks(store, node)
+        report["nshards"] = array.nchunks
+        report["nchunks"] = array.nchunks * math.prod(
+            s // c for s, c in zip(array.chunks, array.inner_chunks) if c)
+    else:
+        report["chunks_initialized"] = count_chunks(store, node)
+        report["nchunks"] = array.nchunks
     return report
 
 
@@ -132,22 +160,25 @@ def _group_report(store: Store, node: Node) -> dict[str, Any]:
 
 _LABELS = {
     "name": "Name", "type": "Type", "data_type": "Data type", "shape": "Shape",
-    "chunk_shape": "Chunk shape", "order": "Order", "compressor": "Compressor",
+    "shard_shape": "Shard shape", "chunk_shape": "Chunk shape", "order": "Order", "compressor": "Compressor",
     "filters": "Filters", "codecs": "Codecs", "fill_value": "Fill value",
     "store_type": "Store type", "nbytes": "No. bytes", "nbytes_stored": "No. bytes stored",
     "storage_ratio": "Storage ratio", "chunks_initialized": "Chunks initialized",
+    "shards_initialized": "Shards initialized",
     "members": "No. members", "arrays": "Arrays", "groups": "Groups",
     "problems": "Problems",
 }
 
 
 def _value_text(name: str, value: Any, report: dict[str, Any]) -> str:
-    if name in ("shape", "chunk_shape"):
+    if name in ("shape", "chunk_shape", "shard_shape"):
         return str(tuple(value))
     if name in ("nbytes", "nbytes_stored"):
         return f"{value} ({human_size(value)})" if value >= 1024 else str(value)
     if name == "chunks_initialized":
         return f"{value}/{report['nchunks']}"
+    if name == "shards_initialized":
+        return f"{value}/{report['nshards']} ({report['nchunks']} inner chunks in all)"
     if name == "compressor":
         return _codec_text(value)
     if name == "filters":
@@ -166,6 +197,8 @@ def _print_report(report: dict[str, Any]) -> None:
             continue
         if name == "arrays":  # a group: the counts zarr-python shows before the names
             rows += [("No. arrays", str(len(value))), ("No. groups", str(len(report["groups"])))]
+        if name in ("arrays", "groups") and not value:
+            continue  # "No. arrays : 0" says it; an empty list of names would be a blank
         rows.append((_LABELS[name], _value_text(name, value, report)))
     width = max(len(label) for label, _ in rows)
     for label, text in rows:
