@@ -8,6 +8,12 @@ other users only ever see a value some writer finished: the old one or a new
 one, never a mix, even when several handles write the same file at once
 (the last commit wins).
 
+A commit that fails (a full disk: ENOSPC at ``close``) leaves the handle
+``failed``: the writer has been told, so the release that follows does not
+try again behind its back (a retry that succeeded once room was freed
+would store a value its writer was told was not saved).  The store keeps
+the value it had; a later write or ``fsync`` on the same handle tries anew.
+
 Through the mount, a key being written shows the most recently written
 pending buffer (its size, its bytes), which is what the kernel believes the
 file holds while writes are under way.  Otherwise a handle reads through the
@@ -188,7 +194,8 @@ class Handle:
     b'\\x02\\x03\\x04\\x05'
     """
 
-    __slots__ = ("ahead", "append", "buffer", "dirty", "file", "lock", "ranged", "window")
+    __slots__ = ("ahead", "append", "buffer", "dirty", "failed", "file", "lock", "ranged",
+                 "window")
 
     def __init__(self, file: OpenFile, flags: int, *, ranged: bool) -> None:
         self.file = file
@@ -196,6 +203,7 @@ class Handle:
         self.ranged = ranged
         self.buffer: bytearray | None = None
         self.dirty = False
+        self.failed = False  # the last commit raised, and nothing was written since
         self.window: tuple[int, bytes, bool] | None = None  # start, data, reaches the end
         self.ahead = 0
         self.lock = threading.Lock()
@@ -232,6 +240,7 @@ class Handle:
                 buffer.extend(bytes(gap))
             buffer[offset:offset + len(data)] = data
             self.dirty = True
+            self.failed = False
             file.wrote(self)
         return len(data)
 
@@ -248,18 +257,28 @@ class Handle:
                 else:
                     buffer.extend(bytes(length - len(buffer)))
             self.dirty = True
+            self.failed = False
             file.wrote(self)
 
     def commit(self, store: Store) -> bool:
-        """Write this handle's buffer to the store if it holds unsaved writes; True if so."""
+        """Write this handle's buffer to the store if it holds unsaved writes; True if so.
+
+        If the store raises, the handle stays dirty and becomes ``failed``
+        (see the module's docstring) until it is written to or committed again.
+        """
         file = self.file
         with file.lock:
             if not self.dirty or file.orphaned:
                 return False
             # The store copies (or writes out) the bytearray before returning;
             # the lock keeps this handle's writers from resizing it meanwhile.
-            store[file.key] = self.buffer
+            try:
+                store[file.key] = self.buffer
+            except BaseException:
+                self.failed = True
+                raise
             self.dirty = False
+            self.failed = False
             file.created = False
             file.whole = None
             file.superseded_by(self)

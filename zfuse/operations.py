@@ -893,13 +893,21 @@ class StoreOperations(mfusepy.Operations):
         return 0
 
     def _release(self, handle: Handle) -> None:
-        """Write what the handle left unsaved, then forget it (and its file, if last)."""
+        """Write what the handle left unsaved, then forget it (and its file, if last).
+
+        Not after a failed commit the writer was told of (``close`` returned
+        the error): a retry here could store a value its writer believes lost.
+        """
         file = handle.file
-        try:
-            self._commit(handle)
-        except Exception as error:  # noqa: BLE001 - nobody is left to tell but the log
-            log.error("writing %r failed when its handle closed: %s: %s", file.key,
-                      type(error).__name__, error)
+        if handle.failed:
+            log.warning("%r keeps its previous value: the writes of a closed handle were not "
+                        "saved (the writer was told at flush)", file.key)
+        else:
+            try:
+                self._commit(handle)
+            except Exception as error:  # noqa: BLE001 - nobody is left to tell but the log
+                log.error("writing %r failed when its handle closed: %s: %s", file.key,
+                          type(error).__name__, error)
         file.forget_writer(handle)
         with self._lock:
             file.refs -= 1
