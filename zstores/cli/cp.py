@@ -5,6 +5,11 @@ destination) by a pool of threads, each batch read back and compared.  Every
 store writes each key atomically, so an interrupted copy leaves whole values
 only; running the same command again skips the keys already identical and
 copies the rest.
+
+Before writing anything, a copy that would leave a hierarchy zarr cannot
+read is refused (see ``_merge``): Zarr v2 into a store holding v3 or the
+reverse, or a different array (or a group) at an array's path.
+``--if-exists overwrite`` copies anyway.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from ._output import (
     progress_bar,
     progress_wanted,
 )
+from ._merge import merge_conflict
 from ._tree import keys_under
 
 __all__ = ["add_parser", "run"]
@@ -55,7 +61,10 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "any backends, in parallel, each value read back and compared.  Resumable: after an "
         "interruption (Ctrl-C exits with status 130) run the same command again; keys "
         "already identical in DST are skipped.  Keys are copied as they are, whatever the "
-        "zarr format.",
+        "zarr format; but a copy into a DST that already holds the other Zarr format (v2 "
+        "into v3 or the reverse) or a different array at the same path (shape, data type, "
+        "chunks, codecs) is refused before anything is written, unless --if-exists "
+        "overwrite.",
         examples=["zstores cp data/ sqlite:///backup/data.sqlite",
                   "zstores cp data.zip lmdb:///fast/data.lmdb results --jobs 8",
                   "zstores cp redis://host/0 data.zip --if-exists error"],
@@ -153,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"SRC and DST are the same store ({shown(args.src)})")
         keys = _source_keys(src, path, args.src)
         existing = _existing_keys(dst, path)
+        if args.if_exists != "overwrite":
+            _refuse_mixing(src, dst, keys, existing, path)
         if args.if_exists == "error":
             _refuse_existing(keys, existing, dst, args.dst)
         tally = _copy_all(args, src, dst, keys, existing, path)
@@ -173,6 +184,15 @@ def _existing_keys(dst: Store, path: str) -> set[str]:
     if path and path in dst:
         existing.add(dst._key(path))
     return existing
+
+
+def _refuse_mixing(src: Store, dst: Store, keys: list[str], existing: set[str],
+                   path: str) -> None:
+    """Stop before writing if the result would be a hierarchy zarr cannot read."""
+    conflict = merge_conflict(src, dst, keys, existing, path)
+    if conflict:
+        raise CommandError(f"refusing to copy: {conflict}; nothing was copied "
+                           "(--if-exists overwrite copies anyway)")
 
 
 def _refuse_existing(keys: list[str], existing: set[str], dst: Store, url: str) -> None:
