@@ -42,7 +42,7 @@ from ..errors import StoreNotFoundError
 from ..keys import normalize_key, normalize_storage_path, prefix_of
 from . import keys_with_prefix
 
-__all__ = ["PROTOCOLS", "StoreFileSystem", "close_shared_stores"]
+__all__ = ["PROTOCOLS", "StoreFile", "StoreFileSystem", "close_shared_stores", "shared_store_urls"]
 
 #: The schemes registered with fsspec.  ``file``, ``zip`` and ``memory`` are
 #: left to fsspec's own file systems (see the module docstring).
@@ -107,6 +107,10 @@ class _SharedStores:
             except StoreNotFoundError:
                 return None
 
+    def urls(self) -> list[str]:
+        with self._lock:
+            return sorted({token[1] for token, store in self._stores.items() if not store.closed})
+
     def close_all(self) -> None:
         with self._lock:
             stores, self._stores = list(self._stores.values()), {}
@@ -137,6 +141,21 @@ def close_shared_stores() -> None:
     >>> close_shared_stores()
     """
     _SHARED.close_all()
+
+
+def shared_store_urls() -> list[str]:
+    """The URLs (passwords hidden) of the stores open through fsspec in this process.
+
+    Examples
+    --------
+    >>> from zstores.adapters.fsspec import close_shared_stores, shared_store_urls
+    >>> close_shared_stores()
+    >>> shared_store_urls()
+    []
+    """
+    from ..urls import redact_url
+
+    return [redact_url(url) for url in _SHARED.urls()]
 
 
 def _missing(path: str) -> FileNotFoundError:
@@ -227,7 +246,7 @@ class StoreFileSystem(AbstractFileSystem):
         scheme, separator, _ = path.partition("://")
         if separator and scheme.lower() in PROTOCOLS:
             return ""
-        return path.rstrip("/")
+        return path.rstrip("/") or path[:1]  # "/" stays "/": the root, asked with a slash
 
     @staticmethod
     def _get_kwargs_from_urls(path: str) -> dict[str, Any]:
