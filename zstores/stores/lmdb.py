@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
@@ -14,8 +15,17 @@ from typing import Any, TypeVar
 import lmdb
 
 from ..base import Buffer, Mode, Store, children_by_seek
-from ..errors import InvalidKeyError
+from ..errors import (
+    CorruptValueError,
+    InvalidKeyError,
+    ReadOnlyError,
+    StoreFullError,
+    StoreIOError,
+    StoreLockedError,
+    StoreNotFoundError,
+)
 from ..keys import check_utf8_key, normalize_key
+from ._reserve import SpaceReserve, free_bytes
 
 __all__ = ["DEFAULT_MAP_SIZE", "LMDBStore"]
 
@@ -37,6 +47,89 @@ _RETRY = object()
 
 # How often one operation may grow or re-adopt the map before giving up.
 _MAX_RETRIES = 64
+
+# Room kept in the reserve file next to the data file (see _reserve.py): a
+# delete on a full disk releases it, since copy-on-write needs new pages.
+_RESERVE_BYTES = 1 << 20
+
+# Keys per transaction when a delete is retried on a full disk: each piece
+# reuses the pages the pieces before it freed, so the room needed stays small.
+_FULL_DISK_PIECE = 64
+
+# A write that fails with EIO is taken for a full disk when the file system has
+# less than this many bytes free beyond the write's own size: LMDB reports a
+# short write (the disk filled up during it) as EIO, not ENOSPC.
+_FULL_MARGIN = 1 << 20
+
+# Errors by which LMDB says the file is not a sound environment.
+_CORRUPT = (
+    lmdb.CorruptedError,
+    lmdb.InvalidError,
+    lmdb.PageNotFoundError,
+    lmdb.VersionMismatchError,
+    lmdb.IncompatibleError,
+    lmdb.BadChecksumError,
+)
+
+# The C library's codes py-lmdb reports only as text ("mdb_txn_commit: Input/
+# output error"): recognised by their strerror at the end of the message.
+_TEXT_CODES = (errno.EIO, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM,
+               errno.EROFS, errno.ENOENT, errno.EAGAIN, errno.ENOMEM, errno.EFBIG)
+
+
+def _errno_of(error: lmdb.Error) -> int | None:
+    """The errno behind a py-lmdb exception, when it says (LMDB's own codes: None)."""
+    if isinstance(error, lmdb.DiskError):
+        return errno.ENOSPC
+    if isinstance(error, lmdb.ReadonlyError):
+        return errno.EACCES
+    text = str(error)
+    for code in _TEXT_CODES:
+        if text.endswith(os.strerror(code)):
+            return code
+    return None
+
+
+def _translate(what: str, error: lmdb.Error, *, folder: str, write: bool,
+               payload: int = 0) -> OSError | ValueError:
+    """The zstores error for a py-lmdb exception raised while working on ``what``.
+
+    Disk full: ENOSPC/EDQUOT, a map that cannot grow, or (for a write) EIO
+    while the file system has less than the write's size plus ``_FULL_MARGIN``
+    free.  Any other EIO is an I/O failure: a StoreIOError.
+    """
+    code = _errno_of(error)
+    if isinstance(error, lmdb.MapFullError):
+        return StoreFullError(f"{what}: the map is full and could not grow ({error})")
+    if isinstance(error, lmdb.MemoryError) or code == errno.ENOMEM:
+        return StoreFullError(f"{what}: out of memory or address space for the map ({error})")
+    if isinstance(error, _CORRUPT):
+        return CorruptValueError(f"{what}: the environment is damaged or not LMDB ({error})")
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return StoreFullError(f"{what}: the disk is full ({error})")
+    if code == errno.EIO and write:
+        free = _free_or_none(folder)
+        if free is not None and free < payload + _FULL_MARGIN:
+            return StoreFullError(
+                f"{what}: the disk is full ({free} bytes free; LMDB said {error})")
+    if code == errno.EROFS:
+        return ReadOnlyError(f"{what}: the file system is read-only; open with mode='r' ({error})")
+    if code in (errno.EACCES, errno.EPERM):
+        return ReadOnlyError(f"{what}: permission denied ({error})")
+    if isinstance(error, lmdb.LockError) or code == errno.EAGAIN:
+        return StoreLockedError(f"{what}: the environment is locked ({error})")
+    if code == errno.ENOENT:
+        return StoreNotFoundError(f"{what}: a file of the environment is missing ({error})")
+    if isinstance(error, lmdb.BadValsizeError):
+        return InvalidKeyError(f"{what}: LMDB refused the key or value size ({error})")
+    return StoreIOError(code or errno.EIO, f"{what}: LMDB failed ({error})")
+
+
+def _free_or_none(folder: str) -> int | None:
+    try:
+        return free_bytes(folder)
+    except OSError:
+        return None
 
 
 class _Gate:
@@ -311,17 +404,28 @@ class LMDBStore(Store):
         key = os.path.realpath(self._path)
         writable = mode != "r"
 
+        self._folder = os.path.dirname(data_file)
+        self._reserve = SpaceReserve(data_file, _RESERVE_BYTES)
+
         def opener(readonly: bool) -> lmdb.Environment:
             size = max(map_size or DEFAULT_MAP_SIZE, _file_size(data_file))
-            return lmdb.open(
-                self._path,
-                map_size=_round_up(size),
-                readonly=readonly,
-                create=not readonly and mode not in ("r", "r+"),
+            options = {
+                "map_size": _round_up(size),
+                "readonly": readonly,
+                "create": not readonly and mode not in ("r", "r+"),
                 **self._options,
-            )
+            }
+            try:
+                return lmdb.open(self._path, **options)
+            except lmdb.Error as error:
+                if not (readonly and options["lock"] and _errno_of(error) == errno.EROFS):
+                    raise
+            # Read-only media: LMDB cannot open its lock file for writing.
+            # Nothing can write the environment there either, so reading it
+            # without LMDB's locks sees one consistent state.
+            return lmdb.open(self._path, **{**options, "lock": False})
 
-        with _ENVIRONMENTS_LOCK:
+        with self._translated(write=writable), _ENVIRONMENTS_LOCK:
             shared = _ENVIRONMENTS.get(key)
             self._check_existence(shared is not None or os.path.isfile(data_file))
             if shared is None:
@@ -336,7 +440,43 @@ class LMDBStore(Store):
             shared.refs += 1
             self._shared = shared
         self._max_key_size = shared.env.max_key_size()
+        if writable:
+            self._reserve.ensure()
         self._clear_if_mode_w()
+
+    # --------------------------------------------------------------- errors
+    def _error(self, error: lmdb.Error, write: bool, payload: int = 0) -> OSError | ValueError:
+        return _translate(repr(self), error, folder=self._folder, write=write, payload=payload)
+
+    @contextmanager
+    def _translated(self, write: bool) -> Iterator[None]:
+        """Raise py-lmdb's exceptions as zstores errors naming the store, chained."""
+        try:
+            yield
+        except lmdb.Error as error:
+            raise self._error(error, write) from error
+
+    def _freeing(self, attempt: Callable[[], None], in_pieces: Callable[[], None]) -> None:
+        """Run a delete; on a full disk release the reserve and run it in pieces.
+
+        Copy-on-write needs free pages even to delete, and a full disk has
+        none: the reserve file gives them.  Each piece commits on its own and
+        the next reuses the pages it freed, so a large delete needs only a few
+        pages of room; a delete that fails part way has deleted the pieces
+        before.  The reserve is set aside again when the disk has room.
+        """
+        try:
+            attempt()
+            return
+        except StoreFullError:
+            self._reserve.release()
+        in_pieces()
+        self._reserve.ensure()
+
+    def _delete_in_pieces(self, keys: list[str]) -> None:
+        for i in range(0, len(keys), _FULL_DISK_PIECE):
+            piece = [key.encode() for key in keys[i : i + _FULL_DISK_PIECE]]
+            self._run(lambda txn: [txn.delete(key) for key in piece], write=True)
 
     # --------------------------------------------------------- transactions
     def _run(
@@ -350,23 +490,28 @@ class LMDBStore(Store):
         """
         shared = self._shared
         assert shared is not None
-        for _ in range(_MAX_RETRIES):
-            with shared.gate.shared():
-                seen = shared.map_size
-                try:
-                    with shared.env.begin(write=write, buffers=not write) as txn:
-                        return work(txn)
-                except _REMAP_ERRORS as error:
-                    problem = error
-            if isinstance(problem, lmdb.MapFullError):
-                shared.grow(seen, payload)
-            elif isinstance(problem, lmdb.MapResizedError):
-                shared.adopt()
-            else:
-                # Slots may be held by processes that died; free them once.
-                if shared.env.reader_check() == 0:
-                    raise problem
-        raise lmdb.MapFullError(
+        try:
+            for _ in range(_MAX_RETRIES):
+                with shared.gate.shared():
+                    seen = shared.map_size
+                    try:
+                        with shared.env.begin(write=write, buffers=not write) as txn:
+                            return work(txn)
+                    except _REMAP_ERRORS as error:
+                        problem = error
+                if isinstance(problem, lmdb.MapFullError):
+                    shared.grow(seen, payload)
+                elif isinstance(problem, lmdb.MapResizedError):
+                    shared.adopt()
+                else:
+                    # Slots may be held by processes that died; free them once.
+                    if shared.env.reader_check() == 0:
+                        raise problem
+        except lmdb.Error as error:
+            # No bare py-lmdb exception leaves the store (a try costs nothing
+            # until something raises).
+            raise self._error(error, write, payload) from error
+        raise StoreFullError(
             f"{self!r}: the map kept filling up after {_MAX_RETRIES} enlargements"
         )
 
@@ -398,6 +543,8 @@ class LMDBStore(Store):
                 value = txn.get(encoded)
         except _REMAP_ERRORS:
             value = _RETRY
+        except lmdb.Error as error:
+            raise self._error(error, False) from error
         finally:
             gate.leave_shared()
         if value is _RETRY:  # outside the gate: growing the map needs it exclusive
@@ -426,7 +573,10 @@ class LMDBStore(Store):
             if not txn.delete(key.encode()):
                 raise KeyError(key)
 
-        self._run(work, write=True)
+        def attempt() -> None:
+            self._run(work, write=True)
+
+        self._freeing(attempt, attempt)
 
     def _contains(self, key: str) -> bool:
         return self._run(lambda txn: txn.get(key.encode()) is not None)
@@ -466,7 +616,7 @@ class LMDBStore(Store):
             for key in keys:
                 txn.delete(key.encode())
 
-        self._run(work, write=True)
+        self._freeing(lambda: self._run(work, write=True), lambda: self._delete_in_pieces(keys))
 
     def _listdir(self, prefix: str) -> list[str]:
         encoded = prefix.encode()
@@ -494,7 +644,10 @@ class LMDBStore(Store):
                 while cursor.key().startswith(encoded) and cursor.delete():
                     pass
 
-        self._run(work, write=True)
+        self._freeing(
+            lambda: self._run(work, write=True),
+            lambda: self._delete_in_pieces(self._list_prefix(prefix)),
+        )
 
     def _getsize_key(self, key: str) -> int:
         def work(txn: lmdb.Transaction) -> int:
@@ -555,14 +708,18 @@ class LMDBStore(Store):
     def _clear(self) -> None:
         shared = self._shared
         assert shared is not None
-        self._run(lambda txn: txn.drop(shared.env.open_db(), delete=False), write=True)
+        self._freeing(
+            lambda: self._run(lambda txn: txn.drop(shared.env.open_db(), delete=False),
+                              write=True),
+            lambda: self._delete_in_pieces(self._list_prefix("")),
+        )
 
     # ------------------------------------------------------------- lifecycle
     def _close(self) -> None:
         shared, self._shared = self._shared, None
         if shared is None:
             return
-        with _ENVIRONMENTS_LOCK:
+        with self._translated(write=not shared.readonly), _ENVIRONMENTS_LOCK:
             shared.refs -= 1
             if shared.refs:
                 if not self.read_only:
@@ -577,7 +734,8 @@ class LMDBStore(Store):
         shared = self._shared
         assert shared is not None
         if not shared.readonly:
-            shared.sync()
+            with self._translated(write=True):
+                shared.sync()
 
     @property
     def map_size(self) -> int:

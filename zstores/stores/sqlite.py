@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
 import sqlite3
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..base import Buffer, Mode, Store, children_by_seek
+from ..errors import (
+    CorruptValueError,
+    ReadOnlyError,
+    StoreFullError,
+    StoreIOError,
+    StoreLockedError,
+    StoreNotFoundError,
+    ValueTooLargeError,
+)
 from ..keys import check_utf8_key, prefix_upper_bound
+from ._reserve import SpaceReserve, free_bytes
 
 __all__ = ["SQLiteStore"]
 
@@ -41,6 +52,73 @@ _CHECKPOINT_BYTES = 16 << 20
 # Checkpoints the background thread may fall behind by before a writer waits
 # for it, which bounds the WAL at about this many times _CHECKPOINT_BYTES.
 _CHECKPOINT_LAG = 4
+
+T = TypeVar("T")
+
+# Full disks.  In WAL mode everything, deletes included, is first appended to
+# the WAL and only a checkpoint copies it into the database file, which then
+# grows: a WAL holding more than the disk has free can never be copied, and
+# the store could not even delete any more.  So while the file system has less
+# than _LOW_SPACE_BYTES free (checked every _SPACE_CHECK_BYTES written), each
+# write is checkpointed at once; once a checkpoint finds the disk full, further
+# writes are refused (StoreFullError) and only deletes go on.  A delete that
+# meets a full disk releases the reserve (see _reserve.py), copies the WAL in,
+# deletes, and copies again; the freed pages then take new writes.
+_LOW_SPACE_BYTES = 256 << 20  # above what the WAL holds between normal checkpoints
+_SPACE_CHECK_BYTES = 1 << 20
+_RESERVE_BYTES = 2 << 20
+# Keys per transaction when a delete is retried on a full disk.
+_FULL_DISK_PIECE = 32
+# The reserve is set aside again only from room beyond this, which the WAL
+# (deleted when the last connection closes) needs when the store reopens.
+_RESERVE_KEEP_FREE = 1 << 20
+
+# SQLite's primary result codes (the low byte of an extended code).
+_FULL = sqlite3.SQLITE_FULL
+_CORRUPT = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+_DENIED = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_AUTH)
+
+
+def _code(error: sqlite3.Error) -> int:
+    return (getattr(error, "sqlite_errorcode", None) or sqlite3.SQLITE_ERROR) & 0xFF
+
+
+def _translate(what: str, path: str, error: sqlite3.Error) -> Exception:
+    """The zstores error for an ``sqlite3`` exception raised while working on ``what``."""
+    code = _code(error)
+    if code == _FULL:
+        return StoreFullError(f"{what}: the disk is full ({error})")
+    if code in _CORRUPT:
+        return CorruptValueError(f"{what}: {path} is damaged or not an SQLite database ({error})")
+    if code in _BUSY:
+        return StoreLockedError(f"{what}: the database stayed locked by another connection "
+                                f"beyond the timeout ({error})")
+    if code in _DENIED:
+        return ReadOnlyError(f"{what}: {path} cannot be written ({error})")
+    if code == sqlite3.SQLITE_CANTOPEN:
+        return _cannot_open(what, path, error)
+    if code == sqlite3.SQLITE_TOOBIG:
+        return ValueTooLargeError(f"{what}: the value is larger than SQLite allows ({error})")
+    return StoreIOError(f"{what}: SQLite failed on {path} ({error})")
+
+
+def _cannot_open(what: str, path: str, error: sqlite3.Error) -> OSError:
+    """Why SQLite could not open ``path`` (it only says 'unable to open database file')."""
+    folder = os.path.dirname(path)
+    if not os.path.exists(path):
+        if not os.path.isdir(folder):
+            return StoreNotFoundError(f"{what}: the folder {folder} does not exist ({error})")
+        if not os.access(folder, os.W_OK):
+            return ReadOnlyError(f"{what}: {path} does not exist and {folder} cannot be "
+                                 f"written ({error})")
+        return StoreNotFoundError(f"{what}: {path} does not exist ({error})")
+    if not os.access(path, os.R_OK):
+        return PermissionError(errno.EACCES, f"{what}: {path} cannot be read ({error})", path)
+    if not os.access(folder, os.W_OK) or not os.access(path, os.W_OK):
+        return ReadOnlyError(f"{what}: {path} (or its folder, for the -wal and -shm files) "
+                             f"cannot be written; open it with mode='r' ({error})")
+    return StoreIOError(f"{what}: SQLite cannot open {path} ({error})")
 
 
 def _check_table(table: str) -> str:
@@ -90,8 +168,13 @@ class _Connection:
         self.db.close()
 
 
-def _connect(path: str, mode: str, timeout: float) -> sqlite3.Connection:
-    """A connection to ``path`` (or ``":memory:"``) for a store opened with ``mode``."""
+def _connect(path: str, mode: str, timeout: float, immutable: bool = False
+             ) -> sqlite3.Connection:
+    """A connection to ``path`` (or ``":memory:"``) for a store opened with ``mode``.
+
+    ``immutable`` (mode ``"r"`` only) reads the file with no locks and no
+    ``-wal``/``-shm`` files, trusting that nothing changes it.
+    """
     if path == MEMORY:
         target, uri = MEMORY, False
     else:
@@ -99,6 +182,8 @@ def _connect(path: str, mode: str, timeout: float) -> sqlite3.Connection:
         if access == "rwc":
             os.makedirs(os.path.dirname(path), exist_ok=True)
         target, uri = f"{Path(path).as_uri()}?mode={access}", True
+        if immutable:
+            target += "&immutable=1"
     db = sqlite3.connect(
         target, timeout=timeout, isolation_level=None, check_same_thread=False, uri=uri
     )
@@ -292,6 +377,14 @@ class SQLiteStore(Store):
         self._connections_lock = threading.Lock()
         self._q = f'"{self._table}"'  # the quoted table name for SQL
         self._checkpointer: _Checkpointer | None = None
+        self._reserve: SpaceReserve | None = None
+        self._reserve_whole = False
+        self._low_space = False  # the file system is nearly full: checkpoint every write
+        self._unchecked = 0  # bytes written since free space was last checked
+        # The error of the checkpoint that found the disk full, until one succeeds.
+        self._full: sqlite3.Error | None = None
+        self._immutable = False  # mode "r" on media nothing can write
+        self._tidy_wal = False  # mode "r" remove the -wal/-shm its reading created
         if self._memory:
             self.persistent = False
             self.supports_process_writers = False
@@ -308,17 +401,145 @@ class SQLiteStore(Store):
             # Threads of this process queue here rather than in SQLite's
             # sleeping busy handler; other processes still meet the timeout.
             self._write_lock = threading.Lock()
+            if mode == "r":
+                self._choose_read_only_access()
             exists = os.path.isfile(self._path) and self._table_exists()
             self._check_existence(exists)
             if mode != "r":
                 self._start_checkpointer()
                 self._create_table()
-        self.max_value_size = self._db().getlimit(sqlite3.SQLITE_LIMIT_LENGTH) - _ROW_OVERHEAD
+                self._reserve = SpaceReserve(self._path, _RESERVE_BYTES)
+                self._reserve_whole = self._reserve.ensure(_RESERVE_KEEP_FREE)
+                self._check_space()
+        with self._sql_errors():
+            limit = self._db().getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+        self.max_value_size = limit - _ROW_OVERHEAD
         self._clear_if_mode_w()
+
+    def _choose_read_only_access(self) -> None:
+        """Mode ``"r"``: read without leaving files next to the database.
+
+        With a ``-wal`` file present (a writer is at work, or the last one did
+        not close) a read-only connection reads it through the ``-shm``, both
+        already there.  Without one, a read-only connection to a WAL database
+        still creates both; where the folder and file can be written they are
+        removed at close, by a connection that opens, reads nothing and closes:
+        SQLite's own last-close cleanup, which leaves them alone while anyone
+        else uses them.  Where they cannot (read-only media), the file is opened
+        ``immutable``: no locks, no files, and no sight of changes made by
+        others (through a writable path to the same file, say).
+        """
+        if os.path.exists(self._path + "-wal"):
+            return
+        folder = os.path.dirname(self._path)
+        if os.access(folder, os.W_OK) and os.access(self._path, os.W_OK):
+            self._tidy_wal = not os.path.exists(self._path + "-shm")
+        else:
+            self._immutable = os.path.isfile(self._path)
+
+    def _remove_wal_files(self) -> None:
+        """Let SQLite delete the ``-wal`` and ``-shm`` a mode ``"r"`` store created."""
+        if not os.path.exists(self._path + "-wal"):
+            return
+        try:
+            db = sqlite3.connect(f"{Path(self._path).as_uri()}?mode=rw", uri=True, timeout=0)
+            try:
+                db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            finally:
+                db.close()
+        except sqlite3.Error:
+            pass  # in use, or gone: the connection that closes last cleans up
+
+    # --------------------------------------------------------------- errors
+    def _error(self, error: sqlite3.Error) -> Exception:
+        return _translate(repr(self), self._path, error)
+
+    @contextmanager
+    def _sql_errors(self) -> Iterator[None]:
+        """Raise ``sqlite3`` exceptions as zstores errors naming the store, chained."""
+        try:
+            yield
+        except sqlite3.Error as error:
+            raise self._error(error) from error
+
+    # ----------------------------------------------------------- full disks
+    def _check_space(self) -> None:
+        self._unchecked = 0
+        if self._memory:
+            return
+        try:
+            free = free_bytes(os.path.dirname(self._path))
+        except OSError:
+            return
+        self._low_space = free < _LOW_SPACE_BYTES
+
+    def _copy_wal(self, db: sqlite3.Connection) -> None:
+        """Checkpoint now, under the write lock; note whether the disk was full."""
+        try:
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as error:
+            if _code(error) == _FULL:
+                self._full = error
+            return  # busy or locked: a later checkpoint does it
+        self._full = None
+
+    def _checkpoint_now(self) -> None:
+        with self._sql_errors(), self._write_lock:
+            self._copy_wal(self._db())
+
+    def _refuse_while_full(self) -> None:
+        """Before a write that adds data: refuse it while the WAL cannot be copied in."""
+        self._checkpoint_now()
+        if self._full is not None:
+            raise StoreFullError(
+                f"{self!r}: the disk is full: the database file cannot take in its "
+                "write-ahead log; delete keys or free room on the disk"
+            ) from self._full
+
+    def _freeing(self, attempt: Callable[[], T], in_pieces: Callable[[], T]) -> T:
+        """Run a delete; on a full disk make room with the reserve and delete in pieces.
+
+        The room a delete needs in the WAL is kept small three ways: the WAL
+        is copied in first, so that the delete's frames reuse it from its
+        start; freed pages are not zeroed (``secure_delete=FAST``; a build of
+        SQLite with ``SECURE_DELETE``, as Debian's, would otherwise write a
+        page of zeros for every page freed); and each piece of
+        ``_FULL_DISK_PIECE`` keys commits and is copied in on its own.  A
+        delete that fails part way has deleted the pieces before.  The
+        reserve is set aside again from what room is left.
+        """
+        try:
+            result = attempt()
+        except StoreFullError:
+            if self._reserve is None:
+                raise
+            self._reserve.release()
+            self._reserve_whole = False
+            self._low_space = True
+            self._checkpoint_now()
+            with self._sql_errors():
+                db = self._db()
+                zeroing = db.execute("PRAGMA secure_delete").fetchone()[0]
+                db.execute("PRAGMA secure_delete=FAST")
+            try:
+                result = in_pieces()
+            finally:
+                with self._sql_errors():
+                    db.execute(f"PRAGMA secure_delete={zeroing}")
+        if self._full is not None or (self._reserve is not None and not self._reserve_whole):
+            self._checkpoint_now()
+            self._reserve_whole = self._reserve.ensure(_RESERVE_KEEP_FREE)  # type: ignore[union-attr]
+        return result
+
+    def _delete_in_pieces(self, keys: list[str]) -> None:
+        for i in range(0, len(keys), _FULL_DISK_PIECE):
+            with self._transaction(write=True) as db:
+                db.executemany(f"DELETE FROM {self._q} WHERE k = ?",
+                               [(k,) for k in keys[i : i + _FULL_DISK_PIECE]])
 
     # ---------------------------------------------------------- connections
     def _connect(self) -> sqlite3.Connection:
-        return _connect(self._path, self._mode, self._timeout)
+        return _connect(self._path, self._mode, self._timeout, self._immutable)
 
     def _start_checkpointer(self) -> None:
         # The thread knows the file, not the store: an unclosed store can
@@ -354,14 +575,13 @@ class SQLiteStore(Store):
             self._start_checkpointer()
 
     def _table_exists(self) -> bool:
-        db = self._db()
-        row = db.execute(
+        row = self._fetchone(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self._table,)
-        ).fetchone()
+        )
         return row is not None
 
     def _create_table(self) -> None:
-        with self._write_lock:
+        with self._sql_errors(), self._write_lock:
             db = self._db()
             if not self._memory:
                 # Both persistent in the file.  The page size takes effect only
@@ -378,31 +598,55 @@ class SQLiteStore(Store):
 
         ``size`` estimates the bytes a write adds to the WAL (for checkpoints).
         """
-        with self._write_lock if write else self._read_lock:
-            db = self._db()
-            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+        try:
+            with self._write_lock if write else self._read_lock:
+                db = self._db()
+                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    yield db
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+                if write and self._low_space:
+                    self._copy_wal(db)
+        except sqlite3.Error as error:
+            raise self._error(error) from error
         if write:
             self._wrote(size)
 
     def _wrote(self, size: int) -> None:
-        if self._checkpointer is not None:
+        self._unchecked += size
+        if self._unchecked >= _SPACE_CHECK_BYTES:
+            self._check_space()
+        if self._checkpointer is not None and not self._low_space:
             self._checkpointer.wrote(size)
 
     def _fetchone(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
-        with self._read_lock:
-            return self._db().execute(sql, params).fetchone()
+        try:
+            with self._read_lock:
+                return self._db().execute(sql, params).fetchone()
+        except sqlite3.Error as error:
+            raise self._error(error) from error
+
+    def _fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        try:
+            with self._read_lock:
+                return self._db().execute(sql, params).fetchall()
+        except sqlite3.Error as error:
+            raise self._error(error) from error
 
     def _write(self, sql: str, params: tuple[Any, ...] = (), size: int = _PAGE_SIZE) -> int:
         """Run one statement in its own (automatic) transaction; the rows changed."""
-        with self._write_lock:
-            changed = self._db().execute(sql, params).rowcount
+        try:
+            with self._write_lock:
+                db = self._db()
+                changed = db.execute(sql, params).rowcount
+                if self._low_space:
+                    self._copy_wal(db)
+        except sqlite3.Error as error:
+            raise self._error(error) from error
         self._wrote(size)
         return changed
 
@@ -442,11 +686,16 @@ class SQLiteStore(Store):
                 return blob.read(stop - first)
 
     def _set(self, key: str, value: Buffer) -> None:
+        if self._full is not None:
+            self._refuse_while_full()
         self._write(f"INSERT OR REPLACE INTO {self._q}(k, v) VALUES (?, ?)", (key, value),
                     len(value) + _PAGE_SIZE)
 
     def _delete(self, key: str) -> None:
-        if not self._write(f"DELETE FROM {self._q} WHERE k = ?", (key,)):
+        def attempt() -> int:
+            return self._write(f"DELETE FROM {self._q} WHERE k = ?", (key,))
+
+        if not self._freeing(attempt, attempt):
             raise KeyError(key)
 
     def _contains(self, key: str) -> bool:
@@ -454,9 +703,7 @@ class SQLiteStore(Store):
 
     def _list_prefix(self, prefix: str) -> list[str]:
         where, params = _key_range(prefix)
-        with self._read_lock:
-            rows = self._db().execute(f"SELECT k FROM {self._q} WHERE {where}", params).fetchall()
-        return [k for (k,) in rows]
+        return [k for (k,) in self._fetchall(f"SELECT k FROM {self._q} WHERE {where}", params)]
 
     def _get_many(self, keys: list[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
@@ -470,14 +717,19 @@ class SQLiteStore(Store):
 
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
         if items:
+            if self._full is not None:
+                self._refuse_while_full()
             size = sum(len(value) for _, value in items) + _PAGE_SIZE
             with self._transaction(write=True, size=size) as db:
                 db.executemany(f"INSERT OR REPLACE INTO {self._q}(k, v) VALUES (?, ?)", items)
 
     def _delete_many(self, keys: list[str]) -> None:
         if keys:
-            with self._transaction(write=True) as db:
-                db.executemany(f"DELETE FROM {self._q} WHERE k = ?", [(k,) for k in keys])
+            def attempt() -> None:
+                with self._transaction(write=True) as db:
+                    db.executemany(f"DELETE FROM {self._q} WHERE k = ?", [(k,) for k in keys])
+
+            self._freeing(attempt, lambda: self._delete_in_pieces(keys))
 
     def _listdir(self, prefix: str) -> list[str]:
         upper = prefix_upper_bound(prefix)
@@ -492,8 +744,12 @@ class SQLiteStore(Store):
 
     def _rmdir(self, prefix: str) -> None:
         where, params = _key_range(prefix)
-        with self._transaction(write=True) as db:
-            db.execute(f"DELETE FROM {self._q} WHERE {where}", params)
+
+        def attempt() -> None:
+            with self._transaction(write=True) as db:
+                db.execute(f"DELETE FROM {self._q} WHERE {where}", params)
+
+        self._freeing(attempt, lambda: self._delete_in_pieces(self._list_prefix(prefix)))
 
     def _getsize_key(self, key: str) -> int:
         row = self._fetchone(f"SELECT {_SIZE} FROM {self._q} WHERE k = ?", (key,))
@@ -509,6 +765,8 @@ class SQLiteStore(Store):
         return row[0]
 
     def _rename_key(self, src: str, dst: str) -> None:
+        if self._full is not None:
+            self._refuse_while_full()
         with self._transaction(write=True) as db:
             copied = db.execute(
                 f"INSERT OR REPLACE INTO {self._q}(k, v) SELECT ?, v FROM {self._q} WHERE k = ?",
@@ -519,6 +777,8 @@ class SQLiteStore(Store):
             db.execute(f"DELETE FROM {self._q} WHERE k = ?", (src,))
 
     def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
+        if self._full is not None:
+            self._refuse_while_full()
         where, params = _key_range(src_prefix)
         with self._transaction(write=True) as db:
             old = [k for (k,) in db.execute(f"SELECT k FROM {self._q} WHERE {where}", params)]
@@ -539,8 +799,11 @@ class SQLiteStore(Store):
         return self._fetchone(f"SELECT count(*) FROM {self._q}")[0]
 
     def _clear(self) -> None:
-        with self._transaction(write=True) as db:
-            db.execute(f"DELETE FROM {self._q}")
+        def attempt() -> None:
+            with self._transaction(write=True) as db:
+                db.execute(f"DELETE FROM {self._q}")
+
+        self._freeing(attempt, lambda: self._delete_in_pieces(self._list_prefix("")))
 
     # ------------------------------------------------------------- lifecycle
     def _close(self) -> None:
@@ -557,6 +820,8 @@ class SQLiteStore(Store):
         # Closing the last connection checkpoints the WAL into the file.
         for holder in holders:
             holder.db.close()
+        if self._tidy_wal:
+            self._remove_wal_files()
 
     @property
     def path(self) -> str:
