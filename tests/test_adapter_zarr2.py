@@ -19,9 +19,22 @@ from zarr2_suite.backends import ALL, missing_server
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "tests" / "zarr2_suite" / "suite_zarr2.py"
-# The one skip a backend may show, with the capability it declares.
+# The skips a backend may show, each with the declared difference that explains it
+# (the README's "Peer suites and what they skip" lists them).
+_NESTED_SEPARATOR = "NestedDirectoryStore declares dimension_separator '/' for every array"
 DECLARED_SKIPS = {
-    "nested": "NestedDirectoryStore declares dimension_separator '/' for every array",
+    "nested": {_NESTED_SEPARATOR},
+    # zarr 2's own TestNestedDirectoryStore and TestZipStore, over the adapter
+    "nested_own": {_NESTED_SEPARATOR, "a key over a folder or below a key is a "
+                   "KeyConflictError"},
+    "zip_own": {"ZipStore supports deletes", "a key ending in '/' is normalized"},
+}
+# Tests of zarr 2's own store classes that must pass through the adapter.
+MUST_PASS = {
+    "nested_own": {"test_listdir", "test_chunk_nesting", "test_pickle", "test_pickle_ext",
+                   "test_normalize_keys", "test_init_array"},
+    "zip_own": {"test_pickle", "test_flush", "test_mode", "test_context_manager",
+                "test_store_and_retrieve_ndarray"},
 }
 
 
@@ -58,10 +71,103 @@ def test_zarr2_store_suite(suite_results, backend: str) -> None:
     broken = [(name, outcome, message) for name, outcome, message in cases
               if outcome in ("failure", "error")]
     assert not broken, broken
-    skipped = {message for _, outcome, message in cases if outcome == "skipped"}
-    allowed = {DECLARED_SKIPS[backend]} if backend in DECLARED_SKIPS else set()
-    assert {m for m in skipped if not any(a in m for a in allowed)} == set()
+    _check_skips(cases, DECLARED_SKIPS.get(backend, set()))
     assert sum(outcome == "passed" for _, outcome, _ in cases) >= 20
+
+
+def _check_skips(cases: list[tuple[str, str, str]], allowed: set[str]) -> None:
+    skipped = {message for _, outcome, message in cases if outcome == "skipped"}
+    assert {m for m in skipped if not any(a in m for a in allowed)} == set()
+
+
+@pytest.mark.parametrize("suite", sorted(MUST_PASS))
+def test_zarr2_own_store_class_suites(suite_results, suite: str) -> None:
+    """zarr 2's TestNestedDirectoryStore and TestZipStore, unmodified, through the adapter."""
+    cases = suite_results.get(suite)
+    assert cases, f"the zarr 2 suite ran no test for {suite}"
+    broken = [case for case in cases if case[1] in ("failure", "error")]
+    assert not broken, broken
+    _check_skips(cases, DECLARED_SKIPS[suite])
+    passed = {name.partition("[")[0] for name, outcome, _ in cases if outcome == "passed"}
+    assert MUST_PASS[suite] <= passed, MUST_PASS[suite] - passed
+
+
+def test_zarr2_pickled_array_on_a_zip_being_written_opens(zarr2, tmp_path) -> None:
+    """zarr 2 pickles an array (dask, multiprocessing) while its zip is open for writing."""
+    result = zarr2.run(
+        """
+        import pickle, zarr
+        from zstores.adapters import zarr_store
+
+        store = zarr_store(f"zip://{root}/a.zip", mode="w")
+        z = zarr.zeros(100, chunks=10, dtype="i4", store=store)
+        z[:] = 5
+        copy = pickle.loads(pickle.dumps(z))   # the archive is completed first
+        seen = copy[:].tolist()
+        copy.store.close()
+        z[:10] = 6                             # the original stays writable
+        store.close()
+        result = {"copy": seen[:3], "after": zarr.open_array(
+            zarr_store(f"zip://{root}/a.zip", mode="r"), mode="r")[:12].tolist()}
+        """,
+        root=str(tmp_path),
+    )
+    assert result["copy"] == [5, 5, 5]
+    assert result["after"] == [6] * 10 + [5, 5]
+
+
+@pytest.mark.parametrize("kind", ["zip", "dbm"])
+def test_zarr2_flush_of_a_store_the_adapter_does_not_own(zarr2, tmp_path, kind) -> None:
+    """Flushed through the store's own flush(), else refused: never closed behind its owner."""
+    result = zarr2.run(
+        """
+        from zstores import DBMStore, ZipStore
+        from zstores.adapters.zarr2 import Zarr2Store
+        from zstores.urls import open_store
+
+        url = f"zip://{root}/a.zip" if kind == "zip" else f"dbm://{root}/a.dbm?open=dumb"
+        with open_store(url, mode="w") as store:
+            adapter = Zarr2Store(store)
+            adapter["a"] = b"1"
+            try:
+                adapter.flush()
+                with open_store(url, mode="r") as reader:  # a second handle sees it
+                    result = ["flushed", reader["a"].decode(), store.closed,
+                              callable(getattr(store, "flush", None))]
+            except NotImplementedError as error:
+                result = [type(error).__name__, str(error), store.closed,
+                          callable(getattr(store, "flush", None))]
+            adapter["b"] = b"2"                             # still open for writing
+        """,
+        root=str(tmp_path), kind=kind,
+    )
+    outcome, detail, closed, has_flush = result
+    assert closed is False
+    if has_flush:
+        assert (outcome, detail) == ("flushed", "1")
+    else:
+        assert outcome == "UnsupportedOperationError"
+        assert "close the store" in detail and "a." in detail
+
+
+def test_zarr2_nested_listdir_names_chunk_keys_and_counts_chunks(zarr2, tmp_path) -> None:
+    result = zarr2.run(
+        """
+        import zarr
+        from zstores.adapters import zarr_store
+
+        store = zarr_store(f"nested://{root}/n.zarr", mode="w")
+        z = zarr.zeros((10, 10), chunks=(5, 5), store=store, path="g/a")
+        z[:5, :] = 1
+        result = {"listed": store.listdir("g/a"), "group": store.listdir("g"),
+                  "initialized": z.nchunks_initialized}
+        store.close()
+        """,
+        root=str(tmp_path),
+    )
+    assert result["listed"] == [".zarray", "0/0", "0/1"]
+    assert result["group"] == [".zgroup", "a"]
+    assert result["initialized"] == 2
 
 
 def test_zarr_store_gives_zarr2_the_adapter_and_its_fast_paths(zarr2, tmp_path) -> None:

@@ -7,7 +7,9 @@ not start with ``test_``, so the main test run does not collect it)::
 
 ``tests/test_adapter_zarr2.py`` runs it so and checks the outcome of every
 backend.  The suite's tests are zarr's, unmodified; only ``create_store`` is
-ours.
+ours.  ``TestZarr2Suite_nested_own`` also runs zarr 2's own
+``TestNestedDirectoryStore`` (its ``test_listdir``, ``test_chunk_nesting``,
+``test_pickle_ext``, ``test_normalize_keys`` ...) over a ``NestedDirectoryStore``.
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ import pytest
 from backends import ALL, backend_url, missing_server
 from zarr.tests.test_storage import (
     StoreTests,
+    TestNestedDirectoryStore,
+    TestZipStore,
     dimension_separator_fixture,  # noqa: F401 - a fixture StoreTests uses
 )
 
 from zstores.adapters.zarr2 import Zarr2Store
+from zstores.stores.directory import NestedDirectoryStore
+from zstores.stores.zip import ZipStore
 from zstores.urls import open_store
 
 _UNSET = object()
@@ -56,6 +62,69 @@ class AdapterSuite(StoreTests):
         separator = None if dimension_separator is _UNSET else dimension_separator
         return Zarr2Store(open_store(url, mode="w"), dimension_separator=separator,
                           owns_store=True, **kwargs)
+
+
+class TestZarr2Suite_nested_own(TestNestedDirectoryStore):  # noqa: N801 - parsed by backend
+    """zarr 2's ``TestNestedDirectoryStore`` (StoreTests plus its folder tests) over the adapter.
+
+    Its ``test_filesystem_path``, ``test_init_pathlib`` and ``test_listing_keys_*``
+    test zarr's own ``DirectoryStore`` (they never call ``create_store``); they
+    run, and pass or fail with zarr itself.
+    """
+
+    @pytest.fixture(autouse=True)
+    def _folder(self, tmp_path):
+        self._tmp = tmp_path
+        self._numbers = itertools.count()
+
+    def test_setdel(self):
+        # zarr 2's DirectoryStore raises KeyError for a key below a file, and
+        # replaces a whole folder by a key written over it; ours refuses both
+        # with KeyConflictError (a ValueError) and never deletes a folder's keys.
+        pytest.skip("a key over a folder or below a key is a KeyConflictError, "
+                    "not a KeyError or a silent replacement of the folder")
+
+    def create_store(self, normalize_keys=False, **kwargs):
+        if kwargs.get("dimension_separator", "/") in (None, "."):
+            pytest.skip("NestedDirectoryStore declares dimension_separator '/' for every array")
+        kwargs.pop("dimension_separator", None)
+        path = self._tmp / f"n{next(self._numbers)}"
+        return Zarr2Store(NestedDirectoryStore(path, normalize_keys=normalize_keys, mode="w"),
+                          owns_store=True, **kwargs)
+
+
+def _adapted_zip(path, mode="a", dimension_separator=None, **kwargs):
+    """What zarr 2's zip tests construct (``ZipStoreClass(path, mode=...)``), as the adapter."""
+    return Zarr2Store(ZipStore(path, mode=mode, **kwargs), owns_store=True,
+                      dimension_separator=dimension_separator)
+
+
+class TestZarr2Suite_zip_own(TestZipStore):  # noqa: N801 - parsed by backend
+    """zarr 2's ``TestZipStore`` (StoreTests plus its archive tests) over the adapter."""
+
+    ZipStoreClass = staticmethod(_adapted_zip)
+
+    @pytest.fixture(autouse=True)
+    def _folder(self, tmp_path, monkeypatch):
+        monkeypatch.chdir(tmp_path)  # its tests write data/store.zip in the working folder
+        (tmp_path / "data").mkdir()
+        self._tmp = tmp_path
+        self._numbers = itertools.count()
+
+    # zarr 2's ZipStore cannot delete; ours can (the archive is rewritten at close).
+    def test_pop(self):
+        pytest.skip("ZipStore supports deletes: pop does not raise NotImplementedError")
+
+    def test_popitem(self):
+        pytest.skip("ZipStore supports deletes: popitem does not raise NotImplementedError")
+
+    def test_permissions(self):
+        # The member modes it checks are those zstores writes too (0o644); the
+        # test also writes the key "baz/", which every zstores store normalizes to "baz".
+        pytest.skip("a key ending in '/' is normalized (no 'baz/' folder member is written)")
+
+    def create_store(self, **kwargs):
+        return _adapted_zip(self._tmp / f"z{next(self._numbers)}.zip", mode="w", **kwargs)
 
 
 for _backend in ALL:

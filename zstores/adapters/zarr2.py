@@ -9,18 +9,22 @@ store's fast path.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from zarr.storage import BaseStore
 
 from ..base import Store
-from ..errors import ReadOnlyError
+from ..errors import ReadOnlyError, UnsupportedOperationError
 from ..keys import normalize_storage_path
-from ..stores.directory import NestedDirectoryStore
-from . import Adapter
+from ..stores.directory import DirectoryStore, NestedDirectoryStore
+from . import Adapter, keys_with_prefix, reopened
 
 __all__ = ["Zarr2Store"]
+
+# A folder name that is a chunk index (zarr-python 2's ``_prog_number``).
+_CHUNK_INDEX = re.compile(r"\d+\Z")
 
 
 class Zarr2Store(Adapter, BaseStore):
@@ -45,6 +49,19 @@ class Zarr2Store(Adapter, BaseStore):
     ``getsize(path)`` has zarr-python 2's meaning: the size of the value at
     ``path``, or the total of the values directly under it (not of deeper
     ones).  ``is_erasable()`` is the store's ``supports_deletes``.
+
+    Two behaviours follow zarr-python 2's own stores rather than the wrapped
+    store's:
+
+    - over a (nested) directory store with ``dimension_separator "/"``,
+      ``listdir`` of an array's folder names its chunk keys (``0/1``), not
+      the chunk folders (``0``), as zarr 2's ``NestedDirectoryStore`` does;
+    - pickling an adapter whose store completes its file only at close (Zip,
+      DBM) and is open for writing first completes it (closes and reopens
+      the store), as zarr 2's ``ZipStore`` flushes when pickled, so the copy
+      opens with everything written so far.  This needs a store the adapter
+      owns (``zarr_store(url)``, or ``owns_store=True``): a store passed in
+      stays the caller's, and is not closed behind the caller's back.
 
     Examples
     --------
@@ -76,6 +93,20 @@ class Zarr2Store(Adapter, BaseStore):
     def read_only(self) -> bool:
         """True when the adapter refuses writes."""
         return self._read_only
+
+    @property
+    def path(self) -> str:
+        """The file or folder of the wrapped store, as zarr-python 2's file stores have.
+
+        Raises
+        ------
+        AttributeError
+            If the store has no path (in-memory and network stores).
+        """
+        location = getattr(self._store, "path", None)
+        if location is None:
+            raise AttributeError(f"{self._store!r} has no path")
+        return str(location)
 
     def is_writeable(self) -> bool:
         return not self._read_only
@@ -130,8 +161,19 @@ class Zarr2Store(Adapter, BaseStore):
         self._store.delitems(keys)
 
     def listdir(self, path: str | None = None) -> list[str]:
-        """Sorted names directly under ``path``."""
-        return self._store.listdir(normalize_storage_path(path))
+        """Sorted names directly under ``path``; an array's chunk keys on nested stores.
+
+        With ``dimension_separator "/"`` over a directory store, an array's
+        folder lists its chunk keys (``0/0``, ``0/1`` ...) in place of the
+        chunk folders (``0``, ``1``), as zarr-python 2's nested directory
+        stores list them: every name ``listdir`` gives is then a key.
+        """
+        path = normalize_storage_path(path)
+        names = self._store.listdir(path)
+        if (self._dimension_separator == "/" and ".zarray" in names
+                and isinstance(self._store, DirectoryStore)):
+            return _with_chunk_keys(self._store, path, names)
+        return names
 
     def rmdir(self, path: str | None = None) -> None:
         """Delete everything under ``path`` (the whole store for the root)."""
@@ -157,6 +199,35 @@ class Zarr2Store(Adapter, BaseStore):
         return total
 
     # ----------------------------------------------------------- lifecycle
+    def flush(self) -> None:
+        """Write out what the store keeps only until it closes (Zip, DBM), and stay open.
+
+        zarr-python 2's ``ZipStore.flush`` and ``DBMStore.flush``; the other
+        backends commit every write as it is made, so for them (and for
+        read-only stores) this does nothing.
+
+        Raises
+        ------
+        zstores.UnsupportedOperationError
+            For a Zip or DBM store open for writing that the adapter does not
+            own (passed in by the caller): only its owner may close it.
+
+        Examples
+        --------
+        >>> import os, tempfile, zipfile, zstores
+        >>> path = os.path.join(tempfile.mkdtemp(), "data.zip")
+        >>> adapter = zstores.zarr_store(f"zip://{path}")           # doctest: +SKIP
+        >>> adapter["a"] = b"1"; adapter.flush()                   # doctest: +SKIP
+        >>> zipfile.ZipFile(path).namelist()                       # doctest: +SKIP
+        ['a']
+        """
+        if not self._complete_for_copies():
+            raise UnsupportedOperationError(
+                f"cannot flush {self._store!r} from {type(self).__name__}: the store was "
+                "passed in, so the adapter may not close and reopen it; close the store "
+                "(or open the adapter with zstores.zarr_store(url), which owns its store)"
+            )
+
     def close(self) -> None:
         """Close the wrapped store if this adapter opened it (see ``zarr_store``)."""
         self._release()
@@ -172,10 +243,48 @@ class Zarr2Store(Adapter, BaseStore):
     def __reduce__(self) -> tuple[Any, ...]:
         # The store pickles itself: a persistent one as how to reopen it, an
         # in-memory one with its data.
+        self._complete_for_copies()  # a store the caller owns pickles as it is
         return (_unpickle, (type(self), self._store, self._read_only, self._dimension_separator))
 
     def __repr__(self) -> str:
         return f"Zarr2Store({self._store!r}, read_only={self._read_only})"
+
+    def _complete_for_copies(self) -> bool:
+        """Make the store's file complete, so that another handle can open it; False if unable.
+
+        Zip and DBM stores (one writer process) finish their file at close:
+        a zip archive has no central directory until then.  zarr-python 2's
+        ``ZipStore`` flushes when pickled; this does the same by closing the
+        store and reopening it with mode ``"a"``, or by the store's own
+        ``flush()`` where it has one.  Other stores are complete after every
+        write.
+        """
+        store = self._store
+        if (store.closed or store.read_only or not store.persistent
+                or store.supports_process_writers):
+            return True
+        flush = getattr(store, "flush", None)
+        if callable(flush):
+            flush()
+            return True
+        if not self._owns_store:
+            return False
+        store.close()
+        self._store = reopened(store, "a")
+        return True
+
+
+def _with_chunk_keys(store: Store, path: str, names: list[str]) -> list[str]:
+    """``names`` of an array's folder with each chunk folder replaced by the keys below it."""
+    prefix = f"{path}/" if path else ""
+    listed = []
+    for name in names:
+        child = prefix + name
+        if _CHUNK_INDEX.match(name) and child not in store:  # a folder, not a 1-d chunk
+            listed.extend(key[len(prefix):] for key in keys_with_prefix(store, child + "/"))
+        else:
+            listed.append(name)
+    return sorted(listed)
 
 
 def _separator_for(store: Store, separator: str | None) -> str | None:
