@@ -9,95 +9,39 @@ import json
 import logging
 import pickle
 import shutil
-import socket
 import subprocess
+import threading
 import time
 import traceback
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import zstores_cmd
 from conftest import missing_peer
+from full_disk import check_acknowledged, delete_half_and_refill, fill_until_full
+from fuse_helpers import mountpoint, run_zfuse, zfuse_mounts  # noqa: F401 - a fixture
+from servers import free_port, private_redis, silent_server  # noqa: F401 - a fixture
 from zarr2_roundtrip import decode_array
+
+import zstores
 
 from zstores.errors import (
     ReadOnlyError,
     StoreConnectionError,
     StoreExistsError,
+    StoreFullError,
+    StoreIOError,
     StoreNotFoundError,
     ValueTooLargeError,
 )
-from zstores.stores.redis import RedisStore, glob_escape
+from zstores.stores.redis import RedisStore, client_url_options, glob_escape
 from zstores.testing import StoreTests
-from zstores.urls import redact_url
+from zstores.urls import StoreURLError, open_store, redact_url
 
 redis = pytest.importorskip("redis")
 
 MiB = 1 << 20
-
-
-# ------------------------------------------------------------------ servers
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class RedisServer:
-    """A private redis-server on 127.0.0.1 that a test can stop and start again."""
-
-    def __init__(self, folder: Path, *options: str, tls: bool = False) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            missing_peer("redis-server is not installed (apt-get install redis-server)")
-        self.binary, self.folder, self.options, self.tls = binary, folder, options, tls
-        self.port = free_port()
-        self.process: subprocess.Popen | None = None
-        folder.mkdir(parents=True, exist_ok=True)
-
-    def url(self, password: str = "") -> str:
-        scheme = "rediss" if self.tls else "redis"
-        auth = f":{password}@" if password else ""
-        return f"{scheme}://{auth}127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        ports = ["--port", "0", "--tls-port", str(self.port)] if self.tls else ["--port", str(self.port)]
-        with open(self.folder / "redis.log", "ab") as log:
-            self.process = subprocess.Popen(
-                [self.binary, "--bind", "127.0.0.1", *ports, "--save", "", "--appendonly", "no",
-                 "--dir", str(self.folder), *self.options],
-                stdout=log, stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError((self.folder / "redis.log").read_text()) from None
-                time.sleep(0.02)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-        self.process = None
-
-
-@pytest.fixture
-def private_redis(tmp_path):
-    servers: list[RedisServer] = []
-
-    def start(*options: str, tls: bool = False) -> RedisServer:
-        server = RedisServer(tmp_path / f"server{len(servers)}", *options, tls=tls)
-        servers.append(server)
-        server.start()
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def prefix_for(location: Path) -> str:
@@ -351,14 +295,16 @@ def test_server_down_and_back(private_redis, caplog):
     reader.close()
 
 
-def test_wrong_password_is_a_connection_error_without_the_password(private_redis, caplog):
+def test_wrong_password_is_refused_at_open_without_the_password(private_redis, caplog):
     caplog.set_level(logging.DEBUG)
-    server = private_redis("--requirepass", "right-one")
-    store = RedisStore(server.url("wrong-one"), prefix="p")
-    with pytest.raises(StoreConnectionError, match=r"redis://:\*\*\*@127\.0\.0\.1") as info:
-        store["k"] = b"v"
-    assert_no_secret("wrong-one", info.value, caplog)
-    store.close()
+    server = private_redis(password="right-one")
+    for url in (server.url("wrong-one"), server.url().replace("/0", "/0?password=wrong-one")):
+        with pytest.raises(StoreConnectionError, match="refused the credentials") as info:
+            RedisStore(url, prefix="p")
+        assert "redis://" in str(info.value) and "\n" not in str(info.value)
+        assert_no_secret("wrong-one", info.value, caplog)
+    with pytest.raises(StoreConnectionError, match="refused the credentials"):
+        RedisStore(server.url(), prefix="p")  # no password at all
     with RedisStore(server.url("right-one"), prefix="p") as good:
         good["k"] = b"v"
         assert good["k"] == b"v"
@@ -376,7 +322,7 @@ def test_tls_with_password(private_redis, tmp_path):
         check=True, capture_output=True,
     )
     server = private_redis("--tls-cert-file", str(cert), "--tls-key-file", str(key),
-                           "--tls-auth-clients", "no", "--requirepass", "tls-secret", tls=True)
+                           "--tls-auth-clients", "no", tls=True, password="tls-secret")
     url = server.url("tls-secret")
     with RedisStore(url, prefix="t", ssl_ca_certs=str(cert)) as store:
         store.setitems({"a/0": b"over tls", "a/1": b"x"})
@@ -386,20 +332,20 @@ def test_tls_with_password(private_redis, tmp_path):
         clone = pickle.loads(pickle.dumps(store))
         assert clone["a/0"] == b"over tls"
         clone.close()
-    # Without the CA the certificate is refused: TLS is really checked.
-    with RedisStore(url, prefix="t") as untrusting, \
-            pytest.raises(StoreConnectionError, match="rediss://:\\*\\*\\*@"):
-        untrusting["a/0"]
+    # Without the CA the certificate is refused, at open: TLS is really checked.
+    with pytest.raises(StoreConnectionError, match="rediss://:\\*\\*\\*@"):
+        RedisStore(url, prefix="t")
 
 
-def test_existence_check_at_open_reports_a_down_server(private_redis):
+def test_every_mode_checks_the_server_at_open(private_redis):
     server = private_redis()
     url = server.url()
     server.stop()
-    with pytest.raises(StoreConnectionError, match=f"127.0.0.1:{server.port}"):
-        RedisStore(url, prefix="p", mode="r")
-    store = RedisStore(url, prefix="p", mode="a")  # mode "a" opens without a round trip
+    for mode in ("a", "r", "r+", "w", "w-"):
+        with pytest.raises(StoreConnectionError, match=f"127.0.0.1:{server.port}"):
+            RedisStore(url, prefix="p", mode=mode)
     server.start()
+    store = RedisStore(url, prefix="p", mode="a")
     store["k"] = b"v"
     assert store["k"] == b"v"
     store.close()
@@ -470,3 +416,201 @@ def test_zarr2_reads_what_we_wrote(redis_url, zarr2):
     np.testing.assert_array_equal(np.array(seen["data"]), np.linspace(0, 1, 600).reshape(20, 30))
     assert seen["attrs"] == {"title": "written by zstores"}
     delete_prefix(redis_url, prefix)
+
+
+# ------------------------------------------- failing fast, clearly and typed
+SECRET = "pw-4-sure"
+MARGIN = 3.0  # seconds beyond connect_timeout for process and scheduling noise
+
+
+def chain_text(error: BaseException) -> str:
+    """str and repr of an error and of everything chained to it."""
+    shown, seen, current = [], set(), [error]
+    while current:
+        item = current.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        shown += [str(item), repr(item)]
+        current += [item.__cause__, item.__context__]
+    return "\n".join(shown) + "".join(traceback.format_exception(error))
+
+
+def open_fails(url: str, expected: type[BaseException], limit: float, **options):
+    """Open ``url``; the typed error raised within ``limit`` seconds, on one line."""
+    started = time.monotonic()
+    with pytest.raises(expected) as info:
+        open_store(url, **options)
+    elapsed = time.monotonic() - started
+    assert elapsed < limit, f"{url}: {elapsed:.1f} s"
+    assert "\n" not in str(info.value)
+    assert SECRET not in chain_text(info.value)
+    return info.value
+
+
+def test_dead_port_and_silent_server_fail_at_open_within_connect_timeout():
+    dead = f"redis://:{SECRET}@127.0.0.1:{free_port()}/0"
+    error = open_fails(dead, StoreConnectionError, 1.0)
+    assert "redis://:***@127.0.0.1" in str(error) and "Connection refused" in str(error)
+    with silent_server() as port:
+        url = f"redis://:{SECRET}@127.0.0.1:{port}/0?socket_timeout=60"
+        error = open_fails(f"{url}&connect_timeout=1", StoreConnectionError, 1 + MARGIN)
+        assert "within 1 s (connect_timeout)" in str(error)
+        started = time.monotonic()
+        with pytest.raises(StoreConnectionError):
+            RedisStore(url, connect_timeout=0.5)
+        assert 0.4 < time.monotonic() - started < 0.5 + MARGIN
+
+
+def test_connect_timeout_is_checked_and_pickled(redis_url):
+    for bad in (0, -1, float("nan"), "5", True):
+        with pytest.raises(ValueError, match="connect_timeout"):
+            RedisStore(redis_url, prefix="zt-timeout", connect_timeout=bad)
+    with pytest.raises(StoreURLError, match="'connect_timeout'.*'soon'"):
+        open_store(f"{redis_url}?connect_timeout=soon")
+    store = open_store(f"{redis_url}?connect_timeout=2.5&prefix=zt-timeout")
+    assert pickle.loads(pickle.dumps(store))._params()["connect_timeout"] == 2.5
+    store.close()
+
+
+def test_unknown_options_are_refused_with_the_known_ones(redis_url):
+    secret_url = redis_url.replace("redis://", f"redis://:{SECRET}@", 1)
+    error = open_fails(f"{secret_url}?prefx=a", StoreURLError, 1.0)
+    message = str(error)
+    assert "unknown option 'prefx' for redis://" in message
+    for known in ("prefix", "connect_timeout", "socket_timeout", "db", "client_name"):
+        assert known in message
+    assert "ssl_ca_certs" not in message  # only rediss:// connections take it
+    assert "ssl_ca_certs" in client_url_options("rediss")
+    open_fails(f"{secret_url}?ssl_ca_certs=/x.pem", StoreURLError, 1.0)
+    open_fails(secret_url, StoreURLError, 1.0, prefx="a")  # a keyword typo too
+    with pytest.raises(StoreURLError, match="'prefix'.*RedisStore option"):
+        RedisStore(f"{redis_url}?prefix=a")  # the constructor takes it as a keyword
+    with pytest.raises(StoreURLError, match="'db'.*'x'|Invalid value for 'db'"):
+        open_store(f"{secret_url}?db=x")
+    # Options redis-py takes as text reach it.
+    with open_store(f"{redis_url}?client_name=zt-named&prefix=zt-named") as store:
+        assert store.client.client_getname() in ("zt-named", b"zt-named")
+
+
+def test_out_of_memory_is_a_full_store(private_redis, tmp_path):
+    server = private_redis("--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+    url = f"{server.url()}?prefix=full"
+    code = f"zstores.open_store({url!r})"
+    result = fill_until_full(code, tmp_path / "log", size=16 << 10, timeout=120)
+    result.assert_store_full()
+    assert "out of memory" in result.message and "\n" not in result.message
+    assert result.overwrite == "failed"
+    with open_store(url) as store:
+        check_acknowledged(store, result.acknowledged)
+        # A batch is refused whole: MSET runs entirely or not at all.
+        batch = {f"batch/{i}": bytes(64 << 10) for i in range(8)}
+        with pytest.raises(StoreFullError) as info:
+            store.setitems(batch)
+        assert info.value.errno == 28 and isinstance(info.value.__cause__, redis.RedisError)
+        assert not any(key in store for key in batch)
+    delete_half_and_refill(code, lambda: open_store(url), result.acknowledged,
+                           tmp_path / "log2", size=16 << 10, writes=10)
+
+
+def test_server_errors_are_typed(private_redis):
+    server = private_redis()
+    admin = redis.Redis.from_url(server.url())
+    admin.acl_setuser("limited", enabled=True, passwords=["+lim-pw"], keys=["p:*"],
+                      commands=["+@all", "-mget", "-unlink"])
+    admin.close()
+    store = RedisStore(server.url().replace("redis://", "redis://limited:lim-pw@"), prefix="p")
+    store.setitems({"a": b"1", "d/x": b"2"})
+    with pytest.raises(StoreIOError) as info:
+        store.getitems(["a"])  # MGET is denied by the ACL
+    assert info.value.errno == 13 and "denied" in str(info.value)
+    assert "lim-pw" not in chain_text(info.value)
+    with pytest.raises(StoreIOError):
+        store.rmdir("d")  # UNLINK denied
+    assert store["d/x"] == b"2"
+    store.close()
+
+
+def test_every_public_call_with_the_server_down_is_typed(private_redis):
+    server = private_redis()
+    store = RedisStore(server.url(), prefix="p")
+    store.setitems({"a/b": b"1", "c": b"2"})
+    server.kill()
+    calls = [lambda: store["a/b"], lambda: store.get_range("a/b", 0, 1),
+             lambda: store.getitems(["a/b"]), lambda: store.setitems({"x": b"1"}),
+             lambda: store.delitems(["c"]), lambda: store.__delitem__("c"),
+             lambda: store.listdir("a"), lambda: list(store), lambda: len(store),
+             lambda: store.getsize(), lambda: store.getsize("c"), lambda: store.rmdir("a"),
+             lambda: store.rename("c", "d"), lambda: store.rename("a", "e"),
+             lambda: store.clear(), lambda: "c" in store]
+    for call in calls:
+        started = time.monotonic()
+        with pytest.raises(StoreConnectionError) as info:
+            call()
+        assert time.monotonic() - started < 10
+        assert not isinstance(info.value, redis.RedisError)
+    store.close()  # closing never raises a driver error
+
+
+def test_server_killed_during_a_large_setitems(private_redis):
+    """SIGKILL the server while a 96 MiB setitems (one MULTI/EXEC of two MSETs) is on
+    the wire: the call fails typed and at once; after a restart (append-only file,
+    fsynced always) the batch is there whole or not at all, and older data is intact."""
+    server = private_redis("--appendonly", "yes", "--appendfsync", "always")
+    store = RedisStore(server.url(), prefix="p")
+    store.setitems({"old/0": b"kept", "old/1": b"kept too"})
+    batch = {f"new/{i}": bytes([i]) * (8 << 20) for i in range(12)}
+    admin = redis.Redis.from_url(server.url())
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            store.setitems(batch)
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - checked below
+            outcome.append(error)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and thread.is_alive():
+        clients = admin.client_list()
+        if any(int(c.get("qbuf", 0)) > (1 << 20) or c.get("cmd") in ("multi", "mset")
+               for c in clients if c.get("name") != "admin"):
+            break
+    server.kill()
+    killed = time.monotonic()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "setitems hung after the server died"
+    assert time.monotonic() - killed < 10
+    admin.close()
+    assert outcome and (outcome[0] is None or isinstance(outcome[0], StoreConnectionError)), outcome
+    server.start()  # same port; replays the append-only file
+    new = store.getitems(list(batch))
+    assert new in ({}, batch), f"{len(new)} of {len(batch)} keys of one batch"
+    assert store.getitems(["old/0", "old/1"]) == {"old/0": b"kept", "old/1": b"kept too"}
+    if outcome[0] is not None:
+        assert new == {}, "a failed setitems left its batch"
+    store.close()
+
+
+@pytest.mark.parametrize("case", ["dead port", "typo", "wrong password"])
+def test_cli_and_zfuse_say_one_line_without_the_password(private_redis, mountpoint, case):
+    server = private_redis(password=SECRET[::-1])
+    url = {"dead port": f"redis://:{SECRET}@127.0.0.1:{free_port()}/0",
+           "typo": server.url(SECRET) + "?prefx=a",
+           "wrong password": server.url(SECRET)}[case]
+    started = time.monotonic()
+    done = zstores_cmd("ls", url, timeout=60)
+    assert time.monotonic() - started < 5 + MARGIN + 5  # connect_timeout + interpreter start
+    assert done.code != 0 and len(done.err_lines) == 1, done.err
+    assert SECRET not in done.out + done.err and "redis://:***@" in done.err
+    assert "Traceback" not in done.err and "Warning" not in done.err
+    started = time.monotonic()
+    mounted = run_zfuse("mount", url, str(mountpoint), timeout=60)
+    assert time.monotonic() - started < 5 + MARGIN + 5
+    assert mounted.returncode != 0
+    lines = [line for line in mounted.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "cannot open store" in lines[0], mounted.stderr
+    assert SECRET not in mounted.stdout + mounted.stderr
+    assert str(mountpoint) not in zfuse_mounts()

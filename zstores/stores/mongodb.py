@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 import re
 import secrets
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
 from ..base import Buffer, Mode, Store
-from ..errors import StoreConnectionError, ZStoresError
+from ..errors import CorruptValueError, StoreConnectionError, StoreFullError, StoreIOError
 from ..keys import check_utf8_key
-from ..urls import redact_url
-from ._network import connection_error, network_errors_as, secrets_of
+from ..urls import StoreURLError, redact_url
+from ._network import (
+    DEFAULT_CONNECT_TIMEOUT,
+    backend_error,
+    check_connect_timeout,
+    check_url_options,
+    mentions_secret,
+    network_errors_as,
+    secrets_of,
+)
 
-__all__ = ["MongoDBStore"]
+__all__ = ["MongoDBStore", "client_url_options"]
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_URL = "mongodb://127.0.0.1:27017"
 
@@ -51,6 +64,61 @@ def _import_pymongo() -> Any:
             "MongoDBStore needs the pymongo package: pip install 'zstores[mongodb]'"
         ) from None
     return pymongo
+
+
+# Server error codes: AuthenticationFailed, Unauthorized, OutOfDiskSpace.
+_AUTH_FAILED, _UNAUTHORIZED, _OUT_OF_DISK = 18, 13, 14031
+
+# How a full disk shows in a server's message when it gives no code for it
+# (nx-27017 passes SQLite's message on).
+_FULL = re.compile(r"disk is full|no space left|out of disk space|SQLITE_FULL", re.IGNORECASE)
+
+
+def client_url_options() -> frozenset[str]:
+    """The URI options pymongo accepts (lower case: pymongo matches them case-insensitively).
+
+    Examples
+    --------
+    >>> {"serverselectiontimeoutms", "authsource", "tls"} <= client_url_options()
+    True
+    """
+    common = _import_pymongo().common
+    return frozenset(common.URI_OPTIONS_VALIDATOR_MAP) | frozenset(common.URI_OPTIONS_ALIAS_MAP)
+
+
+def _client_keywords() -> frozenset[str]:
+    """The keywords ``MongoClient`` accepts besides the URL (lower case)."""
+    common = _import_pymongo().common
+    return client_url_options() | frozenset(name.lower() for name in common.VALIDATORS)
+
+
+def _short(error: BaseException) -> str:
+    """pymongo's message without the topology description it appends (one
+    description per server, hundreds of characters)."""
+    text = str(error)
+    for marker in (", Timeout:", ", Topology Description:"):
+        text = text.split(marker, 1)[0]
+    return text
+
+
+def _import_bson_errors() -> Any:
+    import bson.errors  # pymongo's own BSON package
+
+    return bson.errors
+
+
+def _codes(error: BaseException) -> set[int]:
+    """The server error codes an exception carries (a bulk write's too)."""
+    codes = {getattr(error, "code", None)}
+    details = getattr(error, "details", None)
+    if isinstance(details, dict):
+        codes.add(details.get("code"))
+        for item in details.get("writeErrors") or []:
+            codes.add(item.get("code"))
+        concern = details.get("writeConcernError")
+        if isinstance(concern, dict):
+            codes.add(concern.get("code"))
+    return {code for code in codes if isinstance(code, int)}
 
 
 def _check_names(database: str, collection: str) -> None:
@@ -157,37 +225,111 @@ class MongoDBStore(Store):
         database: str = "zarr",
         collection: str = "zarr",
         mode: Mode = "a",
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         **client_kwargs: Any,
     ) -> None:
         super().__init__(mode=mode)
         pymongo = _import_pymongo()
         _check_names(database, collection)
+        self._connect_timeout = check_connect_timeout(connect_timeout)
         self._database_name, self._collection_name = database, collection
         self._client_kwargs = client_kwargs
-        self._network_errors = (pymongo.errors.ConnectionFailure,)
+        self._driver_errors = (pymongo.errors.PyMongoError, _import_bson_errors().BSONError)
         self._UpdateOne = pymongo.UpdateOne
+        self._url: str | None = None
         if isinstance(url, str):
-            self._url: str | None = url
+            self._url = url
             self._owns_client = True
-            self._client = pymongo.MongoClient(url, **client_kwargs)
+            self._where = redact_url(url)
+            self._client = self._client_from_url(pymongo, url, client_kwargs)
         elif isinstance(url, pymongo.MongoClient):
             if client_kwargs:
                 raise ValueError(
                     f"client options {sorted(client_kwargs)} apply only when the store "
                     "is built from a URL, not from a ready MongoClient"
                 )
-            self._url = None
             self._owns_client = False
             self._client = url
         else:
             raise TypeError(f"url must be a str or a pymongo.MongoClient, not {type(url).__name__}")
         self._seeds = tuple(sorted(self._client.topology_description.server_descriptions()))
-        self._where = redact_url(self._url) if self._url else "mongodb://" + ",".join(
-            f"{host}:{port}" for host, port in self._seeds)
+        if self._url is None:
+            self._where = "mongodb://" + ",".join(f"{host}:{port}" for host, port in self._seeds)
         db = self._client[database]
         self._docs = db[collection]
         self._parts = db[collection + "_parts"]
-        self._open()
+        try:
+            self._ping()
+            self._open()
+        except BaseException:
+            if self._owns_client:
+                self._client.close()
+            raise
+
+    # ------------------------------------------------------------- opening
+    def _client_from_url(self, pymongo: Any, url: str, client_kwargs: dict[str, Any]) -> Any:
+        """A client for ``url``, its options checked; pymongo's warnings become errors."""
+        own = ("collection", "connect_timeout", "database")
+        check_url_options(url, client_url_options(), own, "pymongo", "MongoDBStore",
+                          case_insensitive=True)
+        known = _client_keywords()
+        for name in client_kwargs:
+            if name.lower() not in known:
+                raise StoreURLError(
+                    f"unknown option {name!r} for MongoDBStore at {self._where}; known options: "
+                    f"{', '.join(own)} (zstores) and {', '.join(sorted(known))} (pymongo, "
+                    "case-insensitive)"
+                )
+        # pymongo warns (UserWarning, with a source line) about options it
+        # ignores; here they are errors, and nothing reaches the terminal.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                client = pymongo.MongoClient(url, **client_kwargs)
+            except (pymongo.errors.ConfigurationError, TypeError, ValueError) as error:
+                typed = backend_error(StoreURLError, f"MongoDBStore {self._where}",
+                                      "the client refused the URL or an option",
+                                      secrets_of(url), error)
+                raise typed from None
+        for warning in caught:
+            text = str(warning.message)
+            if "nknown option" in text or "not a valid" in text.lower():
+                client.close()
+                raise StoreURLError(f"MongoDBStore {self._where}: {text}")
+            _log.info("pymongo warned while opening %s: %s", self._where, text)
+        return client
+
+    def _ping(self) -> None:
+        """One ``ping`` command within ``connect_timeout`` seconds (server selection included)."""
+        pymongo = _import_pymongo()
+        timeout = self._connect_timeout
+        try:
+            with pymongo.timeout(timeout):
+                self._client.admin.command("ping")
+        except self._driver_errors as error:
+            if isinstance(error, pymongo.errors.ServerSelectionTimeoutError) \
+                    or isinstance(error, pymongo.errors.NetworkTimeout):
+                typed: Exception = backend_error(
+                    StoreConnectionError, self._store_name(),
+                    f"no server answered within {timeout:g} s (connect_timeout)",
+                    self._secrets(), error, detail=_short(error))
+            else:
+                typed = self._typed_error(error)
+            if not mentions_secret(error, self._secrets()):
+                raise typed from error
+        except (KeyError, TypeError, ValueError) as error:
+            # pymongo's authentication code reading a reply it did not expect:
+            # a server that does not implement authentication (nx-27017
+            # answers saslStart without a payload) or a broken proxy.
+            typed = backend_error(
+                StoreConnectionError, self._store_name(),
+                "the authentication handshake failed (does the server support authentication?)",
+                self._secrets(), error)
+            if not mentions_secret(error, self._secrets()):
+                raise typed from error
+        else:
+            return
+        raise typed  # outside the handler: the driver's error, which shows a password, stays out
 
     @network_errors_as
     def _open(self) -> None:
@@ -200,9 +342,40 @@ class MongoDBStore(Store):
         self._clear_if_mode_w()
 
     # ------------------------------------------------------------- helpers
-    def _connection_error(self, error: BaseException) -> StoreConnectionError:
-        return connection_error(type(self).__name__, self._describe(),
-                                secrets_of(self._url) if self._url else [], error)
+    def _store_name(self) -> str:
+        return f"{type(self).__name__} {self._describe()}"
+
+    def _secrets(self) -> list[str]:
+        """Every password this store knows of, to keep out of messages."""
+        found = secrets_of(self._url) if self._url else []
+        password = self._client_kwargs.get("password")
+        if isinstance(password, str) and password:
+            found.append(password)
+        return found
+
+    def _typed_error(self, error: BaseException) -> Exception:
+        """The zstores error a pymongo (or bson) exception becomes.
+
+        Network failures and refused credentials are ``StoreConnectionError``
+        (pymongo's topology description left out); a full disk on the server
+        is ``StoreFullError``; a command the user may not run is
+        ``StoreIOError`` with ``EACCES``; any other refusal is ``StoreIOError``.
+        """
+        pymongo = _import_pymongo()
+        name, secrets = self._store_name(), self._secrets()
+        if isinstance(error, pymongo.errors.ConnectionFailure):
+            return backend_error(StoreConnectionError, name, "could not talk to the server",
+                                 secrets, error, detail=_short(error))
+        codes = _codes(error)
+        if _AUTH_FAILED in codes:
+            return backend_error(StoreConnectionError, name, "the server refused the credentials",
+                                 secrets, error)
+        if _OUT_OF_DISK in codes or _FULL.search(str(error)):
+            return backend_error(StoreFullError, name, "the server's disk is full", secrets, error)
+        if _UNAUTHORIZED in codes:
+            return backend_error(StoreIOError, name, "the server denied the command", secrets,
+                                 error, errno.EACCES)
+        return backend_error(StoreIOError, name, "the server refused the command", secrets, error)
 
     @staticmethod
     def _under(prefix: str) -> dict[str, Any]:
@@ -258,11 +431,14 @@ class MongoDBStore(Store):
             if PARTS not in doc:
                 return _plain(doc[VALUE])
             if doc[PARTS] == version:
-                raise ZStoresError(
+                raise CorruptValueError(
                     f"the value of key {key!r} in {self._describe()} is damaged: "
                     f"parts of version {version} are missing"
                 )
-        raise ZStoresError(f"the value of key {key!r} kept changing while being read")
+        raise StoreIOError(
+            f"the value of key {key!r} in {self._describe()} kept changing while being read "
+            f"({_READ_ATTEMPTS} attempts)"
+        )
 
     # ------------------------------------------------------------ primitives
     def _key(self, key: str) -> str:
@@ -387,6 +563,7 @@ class MongoDBStore(Store):
         return self._docs.count_documents({})
 
     # ------------------------------------------------------------- lifecycle
+    @network_errors_as
     def _close(self) -> None:
         if self._owns_client:
             self._client.close()
@@ -415,4 +592,5 @@ class MongoDBStore(Store):
                 "(MongoDBStore(url, database=..., collection=..., **client_kwargs)) to pickle it"
             )
         return {"url": self._url, "database": self._database_name,
-                "collection": self._collection_name, **self._client_kwargs}
+                "collection": self._collection_name, "connect_timeout": self._connect_timeout,
+                **self._client_kwargs}

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import errno
+import inspect
 import re
 from collections.abc import Iterator
 from typing import Any
 
 from ..base import Buffer, Mode, Store
-from ..errors import StoreConnectionError
+from ..errors import StoreConnectionError, StoreFullError, StoreIOError
 from ..keys import check_utf8_key
-from ..urls import redact_url
-from ._network import connection_error, network_errors_as, secrets_of
+from ..urls import StoreURLError, redact_url
+from ._network import (
+    DEFAULT_CONNECT_TIMEOUT,
+    backend_error,
+    check_connect_timeout,
+    check_url_options,
+    mentions_secret,
+    network_errors_as,
+    secrets_of,
+)
 
-__all__ = ["RedisStore", "glob_escape"]
+__all__ = ["RedisStore", "client_url_options", "glob_escape"]
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -52,6 +62,65 @@ def _import_redis() -> Any:
             "RedisStore needs the redis package: pip install 'zstores[redis]'"
         ) from None
     return redis
+
+
+# Connection options redis-py takes as text, so a URL can carry them
+# (``?client_name=x``); parse_url hands every query parameter it has no parser
+# for to the connection as a str.
+_TEXT_OPTIONS = frozenset({
+    "username", "password", "client_name", "lib_name", "lib_version", "encoding",
+    "encoding_errors", "ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs",
+    "ssl_ca_path", "ssl_password", "ssl_ciphers",
+})
+
+# Set by the URL's address part, never by an option.
+_ADDRESS = frozenset({"host", "port", "path", "connection_class"})
+
+# Client options that lead a connection somewhere else than the URL's server
+# or that only redis-py itself fills in.
+_INTERNAL = re.compile(r"^(orig_|maint|maintenance_|oss_cluster_|himport_)")
+
+
+def _init_parameters(cls: type) -> set[str]:
+    """Keyword names ``cls(...)`` accepts, following ``**kwargs`` up the MRO."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        parameters = inspect.signature(init).parameters.values()
+        names |= {p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return names - {"self"}
+
+
+def _client_keywords(scheme: str) -> frozenset[str]:
+    """The keywords ``redis.Redis.from_url`` passes on for a ``scheme://`` URL."""
+    connection = _import_redis().connection
+    cls = {"rediss": connection.SSLConnection,
+           "unix": connection.UnixDomainSocketConnection}.get(scheme, connection.Connection)
+    names = _init_parameters(cls) | _init_parameters(connection.ConnectionPool)
+    names.add("single_connection_client")
+    return frozenset(name for name in names - _ADDRESS if not _INTERNAL.match(name))
+
+
+def client_url_options(scheme: str) -> frozenset[str]:
+    """The query options redis-py really accepts in a ``scheme://`` URL.
+
+    Those ``redis.connection.parse_url`` converts (``socket_timeout``, ``db``
+    ...) and those it passes on as text (``client_name``, ``ssl_ca_certs``
+    ...), each only if the connection class of that scheme takes it.
+
+    Examples
+    --------
+    >>> "socket_timeout" in client_url_options("redis")
+    True
+    >>> "ssl_ca_certs" in client_url_options("redis"), "ssl_ca_certs" in client_url_options("rediss")
+    (False, True)
+    """
+    parsed = frozenset(_import_redis().connection.URL_QUERY_ARGUMENT_PARSERS)
+    return (parsed | _TEXT_OPTIONS) & _client_keywords(scheme)
 
 
 def glob_escape(text: bytes) -> bytes:
@@ -142,40 +211,106 @@ class RedisStore(Store):
         *,
         prefix: str = "zarr",
         mode: Mode = "a",
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         **client_kwargs: Any,
     ) -> None:
         super().__init__(mode=mode)
         redis = _import_redis()
         if not isinstance(prefix, str) or not prefix:
             raise ValueError(f"invalid prefix {prefix!r}: the prefix option must be a non-empty str")
+        self._connect_timeout = check_connect_timeout(connect_timeout)
         self._prefix = prefix
         self._base = prefix + ":"
         self._base_length = len(self._base.encode("utf-8"))
         self._client_kwargs = client_kwargs
-        self._network_errors = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+        self._driver_errors = redis.exceptions.RedisError
         self._response_errors = redis.exceptions.ResponseError
+        self._url: str | None = None
+        self._client: Any = None
         if isinstance(url, str):
-            self._url: str | None = url
+            self._url = url
             self._owns_client = True
-            self._client = redis.Redis.from_url(url, **client_kwargs)
+            self._where = redact_url(url)
+            self._client = self._client_from_url(redis, url, client_kwargs)
         elif isinstance(url, redis.Redis):
             if client_kwargs:
                 raise ValueError(
                     f"client options {sorted(client_kwargs)} apply only when the store "
                     "is built from a URL, not from a ready redis.Redis client"
                 )
-            self._url = None
             self._owns_client = False
             self._client = url
+            self._where = self._redacted_url()
         else:
             raise TypeError(f"url must be a str or a redis.Redis client, not {type(url).__name__}")
         if self._client.connection_pool.connection_kwargs.get("decode_responses"):
             raise ValueError("RedisStore needs a client with decode_responses=False (values are bytes)")
-        self._where = self._redacted_url()
         self._range = self._client.register_script(_RANGE_SCRIPT)
-        if self._mode in ("r", "r+", "w-"):
-            self._check_existence(self._exists())
-        self._clear_if_mode_w()
+        try:
+            self._ping()
+            if self._mode in ("r", "r+", "w-"):
+                self._check_existence(self._exists())
+            self._clear_if_mode_w()
+        except BaseException:
+            if self._owns_client:
+                self._client.close()
+            raise
+
+    # ------------------------------------------------------------- opening
+    def _client_from_url(self, redis: Any, url: str, client_kwargs: dict[str, Any]) -> Any:
+        """A client for ``url``, its options checked against what redis-py takes."""
+        scheme = url.partition("://")[0].lower()
+        own = ("connect_timeout", "prefix")
+        check_url_options(url, client_url_options(scheme), own, "redis-py", "RedisStore")
+        known = _client_keywords(scheme)
+        for name in client_kwargs:
+            if name not in known:
+                raise StoreURLError(
+                    f"unknown option {name!r} for RedisStore at {self._where}; known options: "
+                    f"{', '.join(own)} (zstores) and {', '.join(sorted(known))} (redis-py)"
+                )
+        try:
+            return redis.Redis.from_url(url, **client_kwargs)
+        except ValueError as error:  # parse_url's "Invalid value for 'db' in connection URL."
+            message = str(error)
+            for secret in secrets_of(url):
+                message = message.replace(secret, "***")
+            raise StoreURLError(f"RedisStore cannot use {self._where}: {message}") from None
+
+    def _ping(self) -> None:
+        """One PING within ``connect_timeout`` seconds, on a connection of its own.
+
+        A connection of its own, so the bound holds whatever the client's own
+        timeouts and retries are; the client's pool stays as the caller set it.
+        """
+        redis = _import_redis()
+        if not self._owns_client:
+            pool = self._client.connection_pool
+            probe_pool = pool.__class__(connection_class=pool.connection_class,
+                                        **pool.connection_kwargs)
+        else:
+            probe_pool = redis.ConnectionPool.from_url(self._url, **self._client_kwargs)
+        timeout = self._connect_timeout
+        probe_pool.connection_kwargs.update(socket_connect_timeout=timeout, socket_timeout=timeout)
+        probe = redis.Redis(connection_pool=probe_pool,
+                            retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0))
+        try:
+            probe.ping()
+        except redis.exceptions.RedisError as error:
+            if isinstance(error, redis.exceptions.TimeoutError):
+                typed = backend_error(
+                    StoreConnectionError, self._store_name(),
+                    f"no answer from the server within {timeout:g} s (connect_timeout)",
+                    self._secrets(), error)
+            else:
+                typed = self._typed_error(error)
+            if not mentions_secret(error, self._secrets()):
+                raise typed from error
+        else:
+            return
+        finally:
+            probe_pool.disconnect()
+        raise typed  # outside the handler: the driver's error, which shows a password, stays out
 
     # ------------------------------------------------------------- helpers
     def _redacted_url(self) -> str:
@@ -186,12 +321,45 @@ class RedisStore(Store):
             return f"unix://{options['path']}?db={options.get('db', 0)}"
         return f"redis://{options.get('host')}:{options.get('port')}/{options.get('db', 0)}"
 
-    def _connection_error(self, error: BaseException) -> StoreConnectionError:
+    def _store_name(self) -> str:
+        return f"{type(self).__name__} {self._describe()}"
+
+    def _secrets(self) -> list[str]:
+        """Every password this store knows of, to keep out of messages."""
         secrets = secrets_of(self._url) if self._url else []
-        password = self._client.connection_pool.connection_kwargs.get("password")
-        if password:
-            secrets.append(password)
-        return connection_error(type(self).__name__, self._describe(), secrets, error)
+        if self._client is not None:
+            password = self._client.connection_pool.connection_kwargs.get("password")
+            if password:
+                secrets.append(password)
+        return secrets
+
+    def _typed_error(self, error: BaseException) -> Exception:
+        """The zstores error a redis-py exception becomes.
+
+        Network failures and refused credentials are ``StoreConnectionError``;
+        a server out of memory (``maxmemory`` with ``noeviction``) is a full
+        store, ``StoreFullError``; a command the ACL forbids is ``StoreIOError``
+        with ``EACCES``; anything else the server or client refuses is
+        ``StoreIOError``.
+        """
+        redis = _import_redis()
+        exceptions = redis.exceptions
+        name, secrets = self._store_name(), self._secrets()
+        if isinstance(error, exceptions.AuthenticationError):
+            return backend_error(StoreConnectionError, name,
+                                 "the server refused the credentials", secrets, error)
+        if isinstance(error, (exceptions.ConnectionError, exceptions.TimeoutError)):
+            return backend_error(StoreConnectionError, name, "could not talk to the server",
+                                 secrets, error)
+        text = str(error)
+        if isinstance(error, exceptions.OutOfMemoryError) or text.startswith("OOM") \
+                or (isinstance(error, exceptions.ExecAbortError) and "OOM" in text):
+            return backend_error(StoreFullError, name,
+                                 "the server is out of memory (maxmemory reached)", secrets, error)
+        if isinstance(error, exceptions.NoPermissionError) or text.startswith("NOPERM"):
+            return backend_error(StoreIOError, name, "the server denied the command",
+                                 secrets, error, errno.EACCES)
+        return backend_error(StoreIOError, name, "the server refused the command", secrets, error)
 
     def _name(self, key: str) -> str:
         return self._base + key
@@ -331,6 +499,7 @@ class RedisStore(Store):
                 raise result
 
     # ------------------------------------------------------------- lifecycle
+    @network_errors_as
     def _close(self) -> None:
         if self._owns_client:
             self._client.close()
@@ -364,4 +533,5 @@ class RedisStore(Store):
                 "whose credentials and options cannot be recovered; build the store from "
                 "a URL (RedisStore(url, prefix=..., **client_kwargs)) to pickle it"
             )
-        return {"url": self._url, "prefix": self._prefix, **self._client_kwargs}
+        return {"url": self._url, "prefix": self._prefix,
+                "connect_timeout": self._connect_timeout, **self._client_kwargs}
