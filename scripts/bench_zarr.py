@@ -13,6 +13,12 @@ round, in turn, so background load hits them alike):
 
 Ratios are the adapter's speed over LocalStore's (above 1.0: faster).
 
+A second table shows what URL strings cost: an array opened and written,
+then opened and read, by the URL string itself (``zarr.create_array("lmdb://...")``,
+which zarr hands to fsspec and zstores' ``StoreFileSystem``) against the same
+URL through ``zarr_store(url)``; the ratio is the URL string's speed over
+``zarr_store``'s.  Opening is part of each figure.
+
 ``array[:]`` allocates a new output array, and writing it first costs a page
 fault per page, which on a virtual machine can take longer than everything
 else in the read (several seconds per GiB, varying from run to run), and
@@ -55,6 +61,7 @@ from zarr.core.buffer import cpu, default_buffer_prototype
 from zarr.storage import LocalStore
 
 from zstores.adapters import zarr_store
+from zstores.adapters.fsspec import close_shared_stores
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK_BEGIN = "<!-- bench_zarr:begin -->"
@@ -65,6 +72,9 @@ IMPLS = {
     "LMDB": lambda folder: zarr_store(f"lmdb://{folder}/data.lmdb", mode="w"),
     "SQLite": lambda folder: zarr_store(f"sqlite://{folder}/data.sqlite", mode="w"),
 }
+#: Backends whose URL strings are measured against zarr_store(url): scheme, file ending.
+URL_IMPLS = {"LMDB": ("lmdb", "lmdb"), "SQLite": ("sqlite", "sqlite")}
+URL_WAYS = ("zarr_store", "URL string")
 CHUNK_COUNTS = (64, 4096)
 RAW_VALUE = 64 << 10
 GATHER_BATCH = 64
@@ -180,14 +190,80 @@ def raw_figures(make: Callable[[Path], Any], folder: Path, keys: int) -> dict[st
     return figures
 
 
+# ------------------------------------------------------------- URL strings
+def url_figures(impl: str, folder: Path, data: np.ndarray) -> dict[str, float]:
+    """Bytes per second opening + writing, then opening + reading, by URL string and zarr_store."""
+    scheme, ending = URL_IMPLS[impl]
+    figures = {}
+    for count in CHUNK_COUNTS:
+        chunk = data.size // count
+        for way in URL_WAYS:
+            url = f"{scheme}://{folder}/{way.replace(' ', '_')}{count}.{ending}"
+
+            def target(mode: str, url: str = url, way: str = way) -> Any:
+                return url if way == "URL string" else zarr_store(url, mode=mode)
+
+            def write(target: Callable[[str], Any] = target, chunk: int = chunk) -> Any:
+                array = zarr.create_array(target("w"), shape=data.shape, chunks=(chunk,),
+                                          dtype=data.dtype, compressors=None, filters=None,
+                                          fill_value=0, zarr_format=3)
+                array[:] = data
+                return array
+
+            def read(target: Callable[[str], Any] = target) -> Any:
+                array = zarr.open_array(target("r"), mode="r")
+                return array, array[:]
+
+            seconds, written = timed(write)
+            figures[f"open + write {count} chunks|{way}"] = data.nbytes / seconds
+            release(written)
+            seconds, (reader, back) = timed(read)
+            figures[f"open + read {count} chunks|{way}"] = data.nbytes / seconds
+            check_same(url, back, data)
+            release(reader)
+            del back
+    return figures
+
+
+def release(array: Any) -> None:
+    """Close what opening ``array`` opened, so the next figure opens it again."""
+    if hasattr(array.store, "store"):  # zarr_store's adapter: closes the store it opened
+        array.store.close()
+    close_shared_stores()  # URL strings: the store fsspec's file system opened
+
+
+def url_table(medians: dict[tuple[str, str], float], impls: list[str]) -> str:
+    lines = [
+        ("URL strings against `zarr_store(url)`: MiB/s opening and writing, then opening "
+         "and reading, the same array; ratios are the URL string's speed over zarr_store's."),
+        "",
+        "| figure | " + " | ".join(f"{impl} {way}" for impl in impls for way in URL_WAYS)
+        + " | " + " | ".join(f"{impl} URL ×" for impl in impls) + " |",
+        "|---|" + "---:|" * (3 * len(impls)),
+    ]
+    figures = list(dict.fromkeys(figure.split("|")[0] for figure, impl in medians
+                                 if impl.startswith("url:")))
+    for figure in figures:
+        cells, ratios = [], []
+        for impl in impls:
+            pair = [medians.get((f"{figure}|{way}", f"url:{impl}")) for way in URL_WAYS]
+            cells += ["" if speed is None else f"{speed / (1 << 20):,.0f}" for speed in pair]
+            ratios.append(f"{pair[1] / pair[0]:.2f}" if None not in pair else "")
+        lines.append(f"| {figure} | " + " | ".join(cells + ratios) + " |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ driver
 def worker(args: argparse.Namespace) -> None:
     """Measure one implementation in this process; print its figures as JSON."""
     data = np.resize(np.arange(1, 252, dtype=np.uint8), args.size)  # no chunk equals the fill value
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench_zarr-") as workdir:
         folder = Path(workdir)
-        figures = {**array_figures(IMPLS[args.worker], folder, data),
-                   **raw_figures(IMPLS[args.worker], folder, args.keys)}
+        if args.worker.startswith("url:"):
+            figures = url_figures(args.worker[4:], folder, data)
+        else:
+            figures = {**array_figures(IMPLS[args.worker], folder, data),
+                       **raw_figures(IMPLS[args.worker], folder, args.keys)}
     print(json.dumps(figures))
 
 
@@ -195,7 +271,7 @@ def measure(args: argparse.Namespace) -> dict[tuple[str, str], float]:
     """Median speed per (figure, implementation), each run in a fresh process."""
     samples: dict[tuple[str, str], list[float]] = {}
     for round_ in range(args.rounds):
-        for name in args.impls:
+        for name in [*args.impls, *(f"url:{impl}" for impl in args.url_impls)]:
             done = subprocess.run(
                 [sys.executable, __file__, "--worker", name, "--size", str(args.size),
                  "--keys", str(args.keys), "--dir", args.dir],
@@ -206,7 +282,7 @@ def measure(args: argparse.Namespace) -> dict[tuple[str, str], float]:
             for figure, speed in json.loads(done.stdout.splitlines()[-1]).items():
                 samples.setdefault((figure, name), []).append(speed)
         print(f"  round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    print_samples(samples, args.impls)
+    print_samples(samples, [*args.impls, *(f"url:{impl}" for impl in args.url_impls)])
     return {key: statistics.median(values) for key, values in samples.items()}
 
 
@@ -215,6 +291,11 @@ def print_samples(samples: dict[tuple[str, str], list[float]], impls: list[str])
     figures = list(dict.fromkeys(figure for figure, _ in samples))
     for figure in figures:
         scale = 1 if figure.startswith(("set", "get")) else 1 << 20
+        if "|" in figure:  # a URL-string figure: one implementation measured two ways
+            cells = [f"{name} " + "/".join(f"{speed / scale:.0f}" for speed in samples[figure, name])
+                     for name in impls if (figure, name) in samples]
+            print(f"  {figure.replace('|', ' by ')}: " + ", ".join(cells), file=sys.stderr)
+            continue
         cells = [f"{name} " + "/".join(f"{speed / scale:.0f}" for speed in samples[figure, name])
                  for name in impls if (figure, name) in samples]
         print(f"  {figure}: " + ", ".join(cells), file=sys.stderr)
@@ -222,7 +303,7 @@ def print_samples(samples: dict[tuple[str, str], list[float]], impls: list[str])
 
 def table(medians: dict[tuple[str, str], float], args: argparse.Namespace, load: float) -> str:
     impls = [name for name in args.impls if name != "LocalStore"]
-    figures = list(dict.fromkeys(figure for figure, _ in medians))
+    figures = list(dict.fromkeys(figure for figure, _ in medians if "|" not in figure))
     lines = [
         (f"zarr-python {zarr.__version__}, Python {platform.python_version()}, "
          f"{os.cpu_count()} cores (load average {load:.1f} at the start), "
@@ -243,6 +324,8 @@ def table(medians: dict[tuple[str, str], float], args: argparse.Namespace, load:
         ratios = ["" if not base or speed is None else f"{speed / base:.2f}"
                   for speed in speeds[1:]]
         lines.append(f"| {figure} | " + " | ".join(cells + ratios) + " |")
+    if args.url_impls:
+        lines += ["", url_table(medians, args.url_impls)]
     return "\n".join(lines)
 
 
@@ -269,10 +352,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds; the median is shown (default 3)")
     parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=list(IMPLS))
+    parser.add_argument("--url-impls", nargs="*", default=list(URL_IMPLS), choices=list(URL_IMPLS),
+                        help="backends whose URL strings are measured (none: skip that table)")
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the stores live")
     parser.add_argument("--record", action="store_true",
                         help="write the table to docs/benchmarks.md")
-    parser.add_argument("--worker", choices=list(IMPLS), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=[*IMPLS, *(f"url:{impl}" for impl in URL_IMPLS)],
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
