@@ -5,6 +5,7 @@ import zipfile
 import numpy as np
 import pytest
 
+from zstores.errors import CorruptValueError
 from zstores.stores.zip import ZipStore
 from zstores.testing import StoreTests
 
@@ -103,15 +104,28 @@ def test_a_damaged_member_fails_its_crc_check(tmp_path, compression):
     path.write_bytes(bytes(raw))
     with ZipStore(path, mode="r") as store:
         assert store["other"] == b"untouched"
-        with pytest.raises(zipfile.BadZipFile, match="(?i)crc"):
+        with pytest.raises(CorruptValueError, match="(?i)crc|decompress") as caught:
             store["k"]
+        assert "'k'" in str(caught.value) and str(path) in str(caught.value)
+        assert caught.value.errno == 5
+
+
+def test_a_truncated_archive_is_a_corrupt_value_error(tmp_path):
+    path = tmp_path / "a.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("k", b"v" * 1000)
+    path.write_bytes(path.read_bytes()[:500])  # no central directory any more
+    for mode in ("r", "a"):
+        with pytest.raises(CorruptValueError, match="not a readable zip archive") as caught:
+            ZipStore(path, mode=mode)
+        assert isinstance(caught.value.__cause__, zipfile.BadZipFile)
 
 
 def test_stored_range_read_reads_only_the_range(tmp_path, monkeypatch):
     value = np.random.default_rng(1).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
     store = ZipStore(tmp_path / "data.zip", mode="w")
     assert store.supports_range_reads
-    store["big/0"] = value  # still buffered in zipfile's file object: must be flushed
+    store["big/0"] = value  # the store knows where its data start: no header read
     sizes = []
     real_pread = os.pread
 
@@ -125,21 +139,34 @@ def test_stored_range_read_reads_only_the_range(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "pread", counting_pread)
     monkeypatch.setattr(zipfile.ZipFile, "open", no_member_reads)
     assert store.get_range("big/0", 1000, 10) == value[1000:1010]
-    assert sizes == [30, 10]  # the local header once, then only the range
+    assert sizes == [10]  # only the range
     assert store.get_range("big/0", -5) == value[-5:]
     assert store.get_range("big/0", 5 << 20, 10) == b""
-    assert sizes == [30, 10, 5]
+    assert sizes == [10, 5]
     monkeypatch.undo()
     store.close()
+    with ZipStore(tmp_path / "data.zip", mode="r") as store:
+        monkeypatch.setattr(os, "pread", counting_pread)
+        assert store.get_range("big/0", 1000, 10) == value[1000:1010]
+        assert sizes == [10, 5, 30, 10]  # the local header once, then only the range
+        monkeypatch.undo()
 
 
 def test_compressed_range_read_falls_back_to_the_member(tmp_path, monkeypatch):
     store = ZipStore(tmp_path / "data.zip", mode="w", compression=zipfile.ZIP_DEFLATED)
     assert not store.supports_range_reads
     store["k"] = bytes(range(200))
-    monkeypatch.setattr(os, "pread", None)  # would raise if used
+    sizes = []
+    real_pread = os.pread
+
+    def counting_pread(fd, size, offset):
+        sizes.append(size)
+        return real_pread(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", counting_pread)
     assert store.get_range("k", 10, 5) == bytes(range(10, 15))
     monkeypatch.undo()
+    assert sizes == [store._index["k"].compress_size]  # the whole compressed member
     store.close()
 
 
@@ -159,21 +186,30 @@ def test_stored_members_of_a_deflated_store_are_read_by_range(tmp_path):
 def test_append_mode_refuses_a_file_that_is_not_a_zip(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_bytes(b"not an archive")
-    for mode in ("a", "r+"):
-        with pytest.raises(zipfile.BadZipFile, match="not a zip"):
+    for mode in ("a", "r+", "r"):
+        with pytest.raises(CorruptValueError, match="not a readable zip archive"):
             ZipStore(path, mode=mode)
     assert path.read_bytes() == b"not an archive"
 
 
-def test_writer_that_was_not_closed_is_invisible_to_readers(tmp_path):
+def test_readers_see_the_writers_last_flush(tmp_path):
     path = tmp_path / "data.zip"
     writer = ZipStore(path, mode="w")
+    with ZipStore(path, mode="r") as reader:
+        assert list(reader) == []  # a new archive is a valid, empty one at once
     writer["k"] = b"v"
-    with pytest.raises(zipfile.BadZipFile):
-        ZipStore(path, mode="r")  # no central directory until close()
+    with ZipStore(path, mode="r") as reader:
+        assert list(reader) == []  # not flushed yet
+    writer.flush()
+    writer["k2"] = b"v2"
+    del writer["k"]
+    with ZipStore(path, mode="r") as reader:
+        assert dict(reader.items()) == {"k": b"v"}
     writer.close()
     with ZipStore(path, mode="r") as reader:
-        assert reader["k"] == b"v"
+        assert dict(reader.items()) == {"k2": b"v2"}
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None
 
 
 # --------------------------------------------------------------- zarr 2 compat

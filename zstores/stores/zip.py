@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import bz2
+import errno
+import io
 import os
 import shutil
 import struct
 import tempfile
 import threading
 import time
+import warnings
 import zipfile
 import zlib
 from collections.abc import Iterable
@@ -15,6 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from ..base import Buffer, Mode, Store, _range_stop
+from ..errors import (
+    CorruptValueError,
+    StoreFullError,
+    StoreIOError,
+    UnsupportedOperationError,
+    ValueTooLargeError,
+)
 from ..keys import child_name
 from ..sync.writer import writer_lock
 
@@ -23,17 +34,27 @@ __all__ = ["ZipStore"]
 # Local file header: signature, versions and flags ... name length, extra length.
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
+# Central directory entry, ZIP64 end record and locator, end record (APPNOTE 4.3).
+_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
+_END64 = struct.Struct("<4sQ2H2L4Q")
+_END64_LOCATOR = struct.Struct("<4sLQL")
+_END = struct.Struct("<4s4H2LH")
+_ZIP64_LIMIT = (1 << 31) - 1  # zipfile's own threshold, so both libraries agree
 _FLAG_ENCRYPTED = 0x1
+_FLAG_DESCRIPTOR = 0x8  # sizes follow the data (streaming writers); up to 24 bytes
+_FLAG_UTF8 = 0x800
+_MIN_VERSION = {zipfile.ZIP_BZIP2: 46, zipfile.ZIP_LZMA: 63}
+
+# close() compacts the archive when dead bytes (replaced or deleted members,
+# superseded central directories) exceed a quarter of it and this many bytes.
+_COMPACT_MIN_DEAD = 64 * 1024
+# errno values that mean "no room": the write is refused, nothing is damaged.
+_FULL = {errno.ENOSPC, errno.EDQUOT}
 
 
 def _stored_plain(info: zipfile.ZipInfo) -> bool:
     """Whether a member's data are its value's bytes (stored, not encrypted)."""
     return info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & _FLAG_ENCRYPTED
-
-
-# zipfile's own mode for each store mode ("r+" and "w-" are checked before;
-# "w-" has created the file exclusively when it took the writer lock).
-_ZIP_MODE = {"r": "r", "r+": "a", "a": "a", "w": "w", "w-": "w"}
 
 
 class ZipStore(Store):
@@ -43,18 +64,34 @@ class ZipStore(Store):
     the key, with Unix permissions ``0o644``, the current local time and the
     store's compression, so either library reads the other's archives.
 
-    Zip members cannot be replaced or removed in place.  Overwriting a key
-    appends a new member and deleting one only hides it; the store indexes the
-    latest member of every live key, so reads see the newest value at once.
-    If anything was overwritten or deleted, ``close()`` copies the live
-    members to a temporary archive next to the file and moves it over the old
-    one (``os.replace``), so a closed archive holds exactly one member per key.
+    **What is saved when.**  A zip archive is readable only through its
+    central directory, written at its end.  The store writes each value as a
+    member at once, but a value is *acknowledged* (durable, and seen by other
+    handles and tools) only once ``flush()`` or ``close()`` has written a new
+    central directory and synced the file.  The directory on disk is never
+    overwritten while it is the valid one: new members and the new directory
+    go after it (or into space no directory refers to any more), and only a
+    complete, synced directory at the end of the file replaces it.  So, at
+    every moment, the file is a valid archive of the state at the last
+    successful ``flush()``/``close()``:
 
-    An archive is complete only after ``close()`` (which writes the central
-    directory): a writer must close the store before another handle, process
-    or tool reads the file, and a crash before ``close()`` can leave the
-    archive unreadable, as with every zip writer.  Pickling reopens the same
-    path, so it too sees only what a closed writer left.
+    - a write that fails (a full disk: ``StoreFullError``; another I/O
+      error: ``StoreIOError``) is undone, and an overwrite that fails leaves
+      the old value;
+    - a ``flush()`` or ``close()`` that fails leaves the archive as it was at
+      the last successful one: values written and keys deleted since are not
+      saved (``close()`` says so in its error);
+    - a crash loses only what was not yet flushed.
+
+    Replaced and deleted members become dead space.  New members reuse the
+    dead space of earlier flushes when they fit, and ``close()`` copies the
+    live members to a new archive (moved over the old one) once more than a
+    quarter of the file is dead, if the disk has room for the copy.  On a
+    full disk, deleting keys and closing frees their space for later writes
+    even though the file does not shrink; if even the new central directory
+    does not fit after the old one, ``flush()``/``close()`` write it over the
+    old one (the only case where a crash at that moment could leave the
+    archive unreadable).
 
     Parameters
     ----------
@@ -64,10 +101,19 @@ class ZipStore(Store):
         ``zipfile.ZIP_STORED`` (default; allows range reads),
         ``ZIP_DEFLATED``, ``ZIP_BZIP2`` or ``ZIP_LZMA`` for new members.
     allowZip64 : bool
-        Allow the ZIP64 extensions needed past 4 GiB or 65,535 members.
+        Allow the ZIP64 extensions needed past 2 GiB or 65,535 members.
     mode : {"a", "r", "r+", "w", "w-"}
         ``"r"`` and ``"r+"`` need an existing archive, ``"a"`` creates it if
         missing, ``"w"`` replaces it and ``"w-"`` refuses an existing file.
+
+    Raises
+    ------
+    StoreFullError
+        A write, ``flush()`` or ``close()`` found the disk full (``errno``
+        ``ENOSPC``); nothing acknowledged is lost.
+    CorruptValueError
+        The file is not a zip archive, or a member is damaged (bad CRC-32,
+        header or length); the message names the store and the key.
 
     Notes
     -----
@@ -76,11 +122,13 @@ class ZipStore(Store):
     - ``supports_range_reads``: True when ``compression`` is ``ZIP_STORED``;
       ``get_range`` then reads only the asked bytes of stored members (others
       are decompressed whole).
-    - ``supports_deletes``: True, through the rewrite at ``close()``.
+    - ``supports_deletes``: True; a delete is saved by the next
+      ``flush()``/``close()``.
     - ``supports_process_writers``: False; one writer process per archive.  A
       writable store holds an exclusive lock (``flock``) on the archive while
       open, so a second process opening it for writing gets
       ``StoreLockedError`` (handles within one process share the lock).
+      Readers see the archive as the writer last flushed it.
     - ``hierarchical``: False.  Member names are free strings, so ``a`` and
       ``a/b`` can both exist, as zarr-python 2 allowed; tools that extract the
       archive to folders cannot hold both, so avoid that in archives meant for
@@ -95,6 +143,7 @@ class ZipStore(Store):
     >>> with ZipStore(path, mode="w") as store:
     ...     store["foo/.zgroup"] = b'{"zarr_format": 2}'
     ...     store["foo/.zgroup"] = b'{"zarr_format": 2} '
+    ...     store.flush()  # durable now, and visible to readers
     >>> with ZipStore(path, mode="r") as store:
     ...     store.listdir("foo"), store.get_range("foo/.zgroup", 2, 11)
     (['.zgroup'], b'zarr_format')
@@ -120,86 +169,138 @@ class ZipStore(Store):
         self._lock = threading.RLock()
         self._index: dict[str, zipfile.ZipInfo] = {}
         self._folders: list[zipfile.ZipInfo] = []  # "name/" entries other tools write
-        self._data_offsets: dict[int, int] = {}
-        self._read_fd: int | None = None
-        self._garbage = False  # the archive holds members no key points to
-        self._modified = False
-        self._unflushed = False
+        self._data_offsets: dict[int, int] = {}  # header offset -> data offset
+        self._comment = b""
+        self._fd: int | None = None
+        # The state on disk: the members its central directory names and where
+        # that directory (with the end records) lies; it ends the file.
+        self._committed: list[zipfile.ZipInfo] = []
+        self._tail = (0, 0)
+        self._end = 0  # end of the file: the tail, then members not yet flushed
+        self._holes: list[list[int]] | None = None  # dead space, found when needed
+        self._dirty = False
 
         exists = os.path.exists(self._path)
         self._check_existence(exists)
-        # Taken before the file is read or opened by zipfile: a second writer
-        # process must fail clearly, before mode "w" truncates the archive.
+        # Taken before the file is read or opened: a second writer process
+        # must fail clearly, before mode "w" truncates the archive.
         self._writer = writer_lock(self._path, self, self._mode, create_new=self._mode == "w-")
         try:
             self._open_archive(exists)
         except BaseException:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
             self._release_writer()
             raise
 
-    def _open_archive(self, exists: bool) -> None:
-        if exists and self._mode in ("r+", "a") and os.path.getsize(self._path) > 0:
-            if not zipfile.is_zipfile(self._path):
-                raise zipfile.BadZipFile(
-                    f"{self._path!r} exists and is not a zip archive (or its writer has "
-                    f"not closed it yet); mode {self._mode!r} would append an archive to "
-                    "it (mode 'w' replaces the file)"
-                )
-        self._zf = self._open_zip(_ZIP_MODE[self._mode])
-        self._load_index()
-
     # ------------------------------------------------------------ opening
-    def _open_zip(self, zip_mode: str) -> zipfile.ZipFile:
-        return zipfile.ZipFile(
-            self._path, mode=zip_mode, compression=self._compression, allowZip64=self._allow_zip64
-        )
+    def _open_archive(self, exists: bool) -> None:
+        writable = self._mode != "r"
+        try:
+            self._fd = os.open(self._path, (os.O_RDWR if writable else os.O_RDONLY)
+                               | getattr(os, "O_CLOEXEC", 0))
+            size = os.fstat(self._fd).st_size
+        except OSError as error:
+            raise self._io_error("opening the archive", error) from error
+        if self._mode in ("w", "w-") or not exists or size == 0:
+            if writable:  # a new archive is a valid, empty one from the start
+                self._dirty = True
+                self._resize(0)
+                self._commit()
+            return
+        self._load_index(size)
 
-    def _load_index(self) -> None:
-        entries = self._zf.infolist()
+    def _load_index(self, size: int) -> None:
+        try:
+            entries, tail_start, tail_end = self._read_directory(size)
+            if tail_end < 0:
+                raise zipfile.BadZipFile("the last end record does not end the file")
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as error:
+            found = self._last_directory(size)
+            if found is None:
+                raise CorruptValueError(
+                    f"{self!r}: {self._path!r} is not a readable zip archive ({error}). "
+                    f"Mode 'w' replaces the file"
+                ) from error
+            entries, tail_start, tail_end = found
+        except OSError as error:
+            raise self._io_error("reading the central directory", error) from error
+        if tail_end != size:
+            # A writer died after writing members it never flushed (or the
+            # file was cut): the last complete directory is the saved state.
+            warnings.warn(
+                f"{self!r}: {size - tail_end} bytes after the archive's last central "
+                f"directory are ignored (a writer stopped before flush() or close(), "
+                f"or the file is damaged); the archive reads as that directory says",
+                RuntimeWarning, stacklevel=4,
+            )
         for info in entries:  # central directory order: a later duplicate wins
             if info.is_dir():
                 self._folders.append(info)
             else:
                 self._index[info.filename] = info
-        self._garbage = len(self._index) + len(self._folders) != len(entries)
+        self._committed = entries
+        self._tail = (tail_start, tail_end)
+        self._end = size  # new members go after any bytes left past the tail
+
+    def _read_directory(self, size: int) -> tuple[list[zipfile.ZipInfo], int, int]:
+        """The entries, start and end of the directory zipfile finds in the first ``size`` bytes."""
+        with zipfile.ZipFile(_Window(self._fd, size)) as archive:
+            self._comment = archive.comment
+            start = archive.start_dir  # the directory, after any prefix
+            entries = archive.infolist()
+        end = size
+        probe = size - _END.size - len(self._comment)
+        if probe < 0 or os.pread(self._fd, 4, probe) != b"PK\x05\x06":
+            end = -1  # zipfile took an end record that does not end the file
+        return entries, start, end
+
+    def _last_directory(self, size: int) -> tuple[list[zipfile.ZipInfo], int, int] | None:
+        """The last complete directory of a file with bytes after it (a crashed writer)."""
+        block = 1 << 20
+        stop = size
+        while stop > 0:
+            start = max(stop - block, 0)
+            data = os.pread(self._fd, stop - start + 3, start)
+            at = len(data)
+            while (at := data.rfind(b"PK\x05\x06", 0, at)) >= 0:
+                if start + at + _END.size <= size:
+                    length = os.pread(self._fd, 2, start + at + 20)  # the comment's
+                    end = start + at + _END.size + struct.unpack("<H", length)[0]
+                    try:
+                        entries, tail_start, tail_end = self._read_directory(min(end, size))
+                    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError,
+                            struct.error, OSError):
+                        continue
+                    if tail_end >= 0:
+                        return entries, tail_start, tail_end
+            stop = start
+        return None
 
     # ------------------------------------------------------------ primitives
     def _get(self, key: str) -> bytes:
         with self._lock:
             info = self._index[key]
-            if not _stored_plain(info):
-                with self._zf.open(info) as member:  # inflates and checks the CRC
-                    return member.read()
-            # A stored member is its bytes: one pread, without zipfile's
-            # per-open header parsing and buffering (about twice as fast).
-            data = self._pread(self._data_offset(info), info.file_size)
+            if _stored_plain(info):
+                # A stored member is its bytes: one pread, without zipfile's
+                # per-open header parsing and buffering (about twice as fast).
+                data = self._pread(self._data_offset(info), info.file_size, key)
+            else:
+                raw = self._pread(self._data_offset(info), info.compress_size, key)
+                data = self._decompress(info, raw)
         if zlib.crc32(data) != info.CRC:
-            raise zipfile.BadZipFile(f"bad CRC-32 for member {key!r} in {self._path!r}")
+            raise CorruptValueError(f"{self!r}: bad CRC-32 for member {key!r}: it is damaged")
         return data
 
     def _set(self, key: str, value: Buffer) -> None:
         with self._lock:
             self._write_member(key, value)
 
-    def _write_member(self, key: str, value: Buffer) -> None:
-        info = zipfile.ZipInfo(filename=key, date_time=time.localtime(time.time())[:6])
-        info.compress_type = self._compression
-        info.external_attr = 0o644 << 16  # rw-r--r--, as zarr-python 2 writes
-        if key in self._index:
-            self._garbage = True
-        # Our index is the source of truth; dropping zipfile's own name entry
-        # keeps it from warning about the duplicate member we are about to add.
-        self._zf.NameToInfo.pop(key, None)
-        self._zf.writestr(info, value)
-        self._index[key] = info
-        self._modified = True
-        self._unflushed = True
-
     def _delete(self, key: str) -> None:
         with self._lock:
-            del self._index[key]
-            self._zf.NameToInfo.pop(key, None)
-            self._garbage = self._modified = True
+            self._forget(self._index.pop(key))
+            self._dirty = True
 
     def _list_prefix(self, prefix: str) -> Iterable[str]:
         with self._lock:
@@ -234,7 +335,7 @@ class ZipStore(Store):
             stop = size if length is None else min(_range_stop(start, length, size), size)
             if first >= stop:
                 return b""
-            return self._pread(self._data_offset(info) + first, stop - first)
+            return self._pread(self._data_offset(info) + first, stop - first, key)
 
     def _listdir(self, prefix: str) -> Iterable[str]:
         with self._lock:
@@ -254,80 +355,324 @@ class ZipStore(Store):
 
     def _clear(self) -> None:
         with self._lock:
-            # Truncate instead of hiding every member: the file shrinks now.
-            self._zf.close()
-            self._zf = self._open_zip("w")
+            # Saved by the next flush()/close(), like any delete; close() then
+            # finds the file mostly dead and compacts it.
+            for info in [*self._index.values(), *self._folders]:
+                self._forget(info)
             self._index.clear()
             self._folders.clear()
-            self._data_offsets.clear()
-            self._garbage = False
-            self._modified = True
+            self._dirty = True
 
-    # ------------------------------------------------------------ range reads
+    # ------------------------------------------------------------ writing
+    def _write_member(self, key: str, value: Buffer) -> None:
+        info, blob = self._encode_member(key, value)
+        offset, appended = self._allocate(len(blob))
+        try:
+            _pwrite_all(self._fd, blob, offset)
+        except OSError as error:
+            self._release(offset, len(blob), appended)
+            raise self._io_error(f"writing {key!r}", error) from error
+        if appended:
+            self._end = offset + len(blob)
+        info.header_offset = offset
+        self._data_offsets[offset] = offset + len(blob) - info.compress_size
+        old = self._index.get(key)
+        self._index[key] = info
+        if old is not None:
+            self._forget(old)
+        self._dirty = True
+
+    def _encode_member(self, key: str, value: Buffer) -> tuple[zipfile.ZipInfo, bytes]:
+        """The member's ZipInfo and bytes (local header and data), made by zipfile."""
+        info = zipfile.ZipInfo(filename=key, date_time=time.localtime(time.time())[:6])
+        info.compress_type = self._compression
+        info.external_attr = 0o644 << 16  # rw-r--r--, as zarr-python 2 writes
+        scratch = io.BytesIO()
+        try:
+            with zipfile.ZipFile(scratch, "w", allowZip64=self._allow_zip64) as archive:
+                archive.writestr(info, value)
+                blob = scratch.getvalue()  # before close() adds a directory
+        except zipfile.LargeZipFile as error:
+            raise ValueTooLargeError(
+                f"{self!r}: the value of {key!r} ({len(value)} bytes) needs ZIP64 "
+                f"extensions; open the store with allowZip64=True"
+            ) from error
+        return info, blob
+
+    def _allocate(self, size: int) -> tuple[int, bool]:
+        """Where ``size`` new bytes go: the first dead gap they fit, or the end.
+
+        Returns the offset and whether it is at the end of the file.  Gaps are
+        dead in the directory on disk, so writing there cannot damage anything
+        acknowledged, whatever happens next.
+        """
+        for hole in self._find_holes():
+            if hole[1] - hole[0] >= size:
+                offset = hole[0]
+                hole[0] += size
+                return offset, False
+        return self._end, True
+
+    def _release(self, offset: int, size: int, appended: bool) -> None:
+        """Give back space taken by a write that failed (truncating what it added)."""
+        if appended:
+            try:
+                self._resize(offset)
+            except OSError:
+                pass  # the bytes past the directory are dead anyway
+        elif self._holes is not None:
+            self._holes.append([offset, offset + size])
+
+    def _forget(self, info: zipfile.ZipInfo) -> None:
+        """A member no key refers to any more: trim the file if it ends there."""
+        if info.header_offset < self._tail[1]:
+            return  # on disk its space is freed by the next directory
+        end = self._data_offsets.get(info.header_offset, info.header_offset) + info.compress_size
+        if end == self._end:
+            try:
+                self._resize(info.header_offset)
+                self._end = info.header_offset
+            except OSError:
+                pass
+
+    def _find_holes(self) -> list[list[int]]:
+        """The gaps between the members (and tail) of the directory on disk."""
+        if self._holes is None:
+            try:
+                extents = sorted(self._extent(info) for info in self._committed)
+            except StoreIOError:  # a damaged header: reuse nothing rather than guess
+                self._holes = []
+                return self._holes
+            holes = []
+            previous_end = extents[0][1] if extents else self._tail[0]
+            for start, end in [*extents[1:], (self._tail[0], self._tail[1])]:
+                if start > previous_end:
+                    holes.append([previous_end, start])
+                previous_end = max(previous_end, end)
+            self._holes = holes
+        return self._holes
+
+    def _extent(self, info: zipfile.ZipInfo) -> tuple[int, int]:
+        end = self._data_offset(info) + info.compress_size
+        if info.flag_bits & _FLAG_DESCRIPTOR:
+            end += 24  # the largest data descriptor: never count its bytes as dead
+        return info.header_offset, end
+
+    # ------------------------------------------------------------ committing
+    def flush(self) -> None:
+        """Save every write and delete so far: write the central directory, sync.
+
+        Afterwards the values are durable and other handles, processes and
+        zip tools see them.  A flush that fails leaves the archive as it was
+        and raises; the values written since stay readable in this handle.
+
+        Raises
+        ------
+        StoreFullError
+            The disk has no room for the new directory (``errno`` ``ENOSPC``).
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "data.zip")
+        >>> writer = ZipStore(path, mode="w")
+        >>> writer["a"] = b"1"
+        >>> writer.flush()
+        >>> with ZipStore(path, mode="r") as reader:
+        ...     reader["a"]
+        b'1'
+        >>> writer.close()
+        """
+        self._check_open()
+        with self._lock:
+            if self._mode != "r":
+                self._commit()
+
+    def _commit(self) -> None:
+        """Append a new directory after everything and sync; the old one becomes dead."""
+        if not self._dirty:
+            return
+        entries = [*self._folders, *self._index.values()]
+        position = self._end
+        tail = _central_directory(entries, position, self._comment)
+        try:
+            os.fsync(self._fd)  # the members reach the disk before the directory naming them
+            _pwrite_all(self._fd, tail, position)
+            os.fsync(self._fd)
+        except OSError as error:
+            try:
+                self._resize(position)
+            except OSError:
+                pass
+            if error.errno not in _FULL or self._end != self._tail[1]:
+                raise self._io_error("writing the central directory", error) from error
+            self._commit_in_place(entries, error)
+            return
+        self._committed_as(entries, (position, position + len(tail)))
+
+    def _commit_in_place(self, entries: list[zipfile.ZipInfo], full: OSError) -> None:
+        """Write the new directory over the old one: the last resort of a full disk.
+
+        Only when nothing was appended after the old directory (new members
+        went into dead space, or only deletes happened).  An error puts the
+        old directory back.
+        """
+        start, end = self._tail
+        tail = _central_directory(entries, start, self._comment)
+        old = os.pread(self._fd, end - start, start)
+        try:
+            _pwrite_all(self._fd, tail, start)
+            if start + len(tail) < end:
+                self._resize(start + len(tail))
+            os.fsync(self._fd)
+        except OSError as error:
+            try:
+                self._resize(end)
+                _pwrite_all(self._fd, old, start)
+                os.fsync(self._fd)
+            except OSError:
+                pass
+            raise self._io_error("writing the central directory", error) from full
+        self._committed_as(entries, (start, start + len(tail)))
+
+    def _committed_as(self, entries: list[zipfile.ZipInfo], tail: tuple[int, int]) -> None:
+        self._committed = entries
+        self._tail = tail
+        self._end = tail[1]
+        self._holes = None  # dead space changed: found again when needed
+        self._dirty = False
+
+    def _resize(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+        self._end = size
+
+    # ------------------------------------------------------------ reading
     def _data_offset(self, info: zipfile.ZipInfo) -> int:
         """File offset of a member's data, from its local header (cached)."""
         offset = self._data_offsets.get(info.header_offset)
         if offset is None:
-            header = self._pread(info.header_offset, _LOCAL_HEADER.size)
+            header = self._pread(info.header_offset, _LOCAL_HEADER.size, info.filename)
             fields = _LOCAL_HEADER.unpack(header)
             if fields[0] != _LOCAL_SIGNATURE:
-                raise zipfile.BadZipFile(
-                    f"bad local header for member {info.filename!r} in {self._path!r}"
+                raise CorruptValueError(
+                    f"{self!r}: bad local header for member {info.filename!r}: it is damaged"
                 )
             name_length, extra_length = fields[10], fields[11]
             offset = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
             self._data_offsets[info.header_offset] = offset
         return offset
 
-    def _pread(self, offset: int, size: int) -> bytes:
-        if self._unflushed:
-            # The separate descriptor reads the file, not zipfile's buffer.  (zipfile
-            # flushes when it seeks back to finish a member's header; don't rely on it.)
-            self._zf.fp.flush()  # type: ignore[union-attr]
-            self._unflushed = False
-        if self._read_fd is None:
-            self._read_fd = os.open(self._path, os.O_RDONLY)
+    def _pread(self, offset: int, size: int, key: str) -> bytes:
         chunks = []
-        while size > 0:
-            chunk = os.pread(self._read_fd, size, offset)
-            if not chunk:
-                raise zipfile.BadZipFile(f"{self._path!r} ends inside a member")
-            chunks.append(chunk)
-            offset += len(chunk)
-            size -= len(chunk)
+        try:
+            while size > 0:
+                chunk = os.pread(self._fd, size, offset)
+                if not chunk:
+                    raise CorruptValueError(
+                        f"{self!r}: the archive ends inside member {key!r}: it is truncated"
+                    )
+                chunks.append(chunk)
+                offset += len(chunk)
+                size -= len(chunk)
+        except CorruptValueError:
+            raise
+        except OSError as error:
+            raise self._io_error(f"reading {key!r}", error) from error
         return b"".join(chunks)
+
+    def _decompress(self, info: zipfile.ZipInfo, raw: bytes) -> bytes:
+        key = info.filename
+        if info.flag_bits & _FLAG_ENCRYPTED:
+            raise UnsupportedOperationError(
+                f"{self!r}: member {key!r} is encrypted; ZipStore reads no encrypted members"
+            )
+        try:
+            if info.compress_type == zipfile.ZIP_STORED:
+                return raw
+            if info.compress_type == zipfile.ZIP_DEFLATED:
+                inflater = zlib.decompressobj(-15)
+                return inflater.decompress(raw) + inflater.flush()
+            if info.compress_type == zipfile.ZIP_BZIP2:
+                return bz2.decompress(raw)
+            if info.compress_type == zipfile.ZIP_LZMA:
+                return zipfile.LZMADecompressor().decompress(raw)
+        except Exception as error:  # zlib.error, OSError, LZMAError: damaged data
+            raise CorruptValueError(
+                f"{self!r}: member {key!r} does not decompress: it is damaged ({error})"
+            ) from error
+        raise UnsupportedOperationError(
+            f"{self!r}: member {key!r} uses compression method {info.compress_type}, "
+            f"which zipfile does not support"
+        )
 
     # ------------------------------------------------------------- lifecycle
     def _close(self) -> None:
         with self._lock:
-            if self._read_fd is not None:
-                os.close(self._read_fd)
-                self._read_fd = None
             try:
-                # Complete the archive as it is first: if the rewrite fails, the
-                # file is still a valid archive (with stale members).
-                self._zf.close()
-                if self._mode != "r" and self._modified and self._garbage:
-                    self._rewrite()
+                if self._mode != "r":
+                    self._close_writer()
             finally:
+                if self._fd is not None:
+                    os.close(self._fd)
+                    self._fd = None
                 self._release_writer()
 
-    def _release_writer(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.release()
+    def _close_writer(self) -> None:
+        try:
+            self._commit()
+        except StoreIOError as error:
+            # The archive stays as the last flush left it: drop what follows.
+            try:
+                os.ftruncate(self._fd, self._tail[1])
+            except OSError:
+                pass
+            raise type(error)(
+                error.errno,
+                f"{error.strerror}; the archive keeps the state of its last successful "
+                f"flush() or close(): writes and deletes since then are not saved",
+            ) from error.__cause__
+        if self._dead_bytes() > max(self._tail[1] // 4, _COMPACT_MIN_DEAD):
+            self._compact()
+
+    def _dead_bytes(self) -> int:
+        live = sum(
+            _LOCAL_HEADER.size + len(info.filename.encode("utf-8")) + info.compress_size
+            for info in self._committed
+        )
+        return self._tail[0] - live
+
+    def _compact(self) -> None:
+        """Copy the live members to a new archive and move it over the old one.
+
+        On a disk without room for the copy the archive stays as it is (its
+        dead space is reused by later writes); any other failure leaves it
+        intact too, and is raised.
+        """
+        try:
+            self._rewrite()
+        except OSError as error:
+            if error.errno in _FULL:
+                return
+            raise StoreIOError(
+                error.errno or errno.EIO,
+                f"{self!r}: compacting the archive failed ({error}); the archive is intact",
+            ) from error
+        except zipfile.BadZipFile as error:
+            raise CorruptValueError(
+                f"{self!r}: compacting the archive found a damaged member ({error}); "
+                f"the archive is left as it was"
+            ) from error
 
     def _rewrite(self) -> None:
-        """Copy the live members to a new archive and move it over the old one."""
         folder, name = os.path.split(self._path)
         fd, temp_path = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
         try:
             with os.fdopen(fd, "w+b") as temp_file:
-                with self._open_zip("r") as source, zipfile.ZipFile(
+                with zipfile.ZipFile(self._path) as source, zipfile.ZipFile(
                     temp_file, "w", compression=self._compression, allowZip64=self._allow_zip64
                 ) as target:
                     target.comment = source.comment
-                    for info in [*self._folders, *self._index.values()]:
+                    for info in source.infolist():
                         _copy_member(source, target, info)
                 temp_file.flush()
                 os.fsync(temp_file.fileno())
@@ -339,7 +684,23 @@ class ZipStore(Store):
             except FileNotFoundError:
                 pass
             raise
-        self._garbage = False
+
+    def _release_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.release()
+
+    def _io_error(self, action: str, error: OSError) -> StoreIOError:
+        """The typed error for a failed system call: full disk or other I/O."""
+        if error.errno in _FULL:
+            return StoreFullError(
+                f"{self!r}: {action} failed: the disk is full ({error.strerror}); "
+                f"nothing acknowledged (flushed) is lost: delete keys or free space, "
+                f"then write and flush() again"
+            )
+        return StoreIOError(
+            error.errno or errno.EIO, f"{self!r}: {action} failed: {error.strerror or error}"
+        )
 
     def _location(self) -> Any:
         return self._path
@@ -358,6 +719,97 @@ class ZipStore(Store):
     def path(self) -> Path:
         """The archive file."""
         return Path(self._path)
+
+
+class _Window(io.RawIOBase):
+    """The first ``size`` bytes of a descriptor as a read-only file, read with ``pread``."""
+
+    def __init__(self, fd: int | None, size: int) -> None:
+        super().__init__()
+        self._fd, self._size, self._position = fd, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._size}[whence]
+        self._position = max(base + offset, 0)
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        size = max(min(len(buffer), self._size - self._position), 0)
+        data = os.pread(self._fd, size, self._position) if size else b""  # type: ignore[arg-type]
+        buffer[:len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+
+def _pwrite_all(fd: int | None, data: bytes | memoryview, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)  # type: ignore[arg-type]
+        view, position = view[written:], position + written
+
+
+def _central_directory(entries: list[zipfile.ZipInfo], position: int, comment: bytes) -> bytes:
+    """The central directory naming ``entries``, then the end records, for ``position``.
+
+    The same records zipfile writes when it closes an archive (ZIP64 fields
+    only where a size or offset needs them), so zipfile, zarr-python 2 and
+    zip tools read the result.
+    """
+    parts = []
+    for info in entries:
+        try:
+            name, flags = info.filename.encode("ascii"), info.flag_bits
+        except UnicodeEncodeError:
+            name, flags = info.filename.encode("utf-8"), info.flag_bits | _FLAG_UTF8
+        big = [info.file_size, info.compress_size] if max(
+            info.file_size, info.compress_size) > _ZIP64_LIMIT else []
+        if info.header_offset > _ZIP64_LIMIT:
+            big.append(info.header_offset)
+        extra = _strip_zip64(info.extra)  # written anew below when needed
+        version = _MIN_VERSION.get(info.compress_type, 0)
+        if big:
+            extra = struct.pack(f"<HH{len(big)}Q", 1, 8 * len(big), *big) + extra
+            version = max(version, 45)
+        sizes = (0xFFFFFFFF, 0xFFFFFFFF) if len(big) >= 2 else (info.compress_size, info.file_size)
+        offset = 0xFFFFFFFF if info.header_offset > _ZIP64_LIMIT else info.header_offset
+        year, month, day, hour, minute, second = info.date_time
+        parts.append(_CENTRAL.pack(
+            b"PK\x01\x02", max(version, info.create_version), info.create_system,
+            max(version, info.extract_version), info.reserved, flags, info.compress_type,
+            hour << 11 | minute << 5 | second // 2, (year - 1980) << 9 | month << 5 | day,
+            info.CRC, *sizes, len(name), len(extra), len(info.comment), 0,
+            info.internal_attr, info.external_attr, offset,
+        ))
+        parts += [name, extra, info.comment]
+    directory = b"".join(parts)
+    count, size, end = len(entries), len(directory), position + len(directory)
+    records = []
+    if count > 0xFFFF or position > _ZIP64_LIMIT or size > _ZIP64_LIMIT:
+        records.append(_END64.pack(b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, size, position))
+        records.append(_END64_LOCATOR.pack(b"PK\x06\x07", 0, end, 1))
+        count, size, position = min(count, 0xFFFF), min(size, 0xFFFFFFFF), min(position, 0xFFFFFFFF)
+    records.append(_END.pack(b"PK\x05\x06", 0, 0, count, count, size, position, len(comment)))
+    return directory + b"".join(records) + comment
+
+
+def _strip_zip64(extra: bytes) -> bytes:
+    """``extra`` without its ZIP64 field (header id 1), which is written anew."""
+    kept, at = [], 0
+    while at + 4 <= len(extra):
+        field_id, length = struct.unpack_from("<HH", extra, at)
+        if field_id != 1:
+            kept.append(extra[at:at + 4 + length])
+        at += 4 + length
+    return b"".join(kept)
 
 
 def _copy_member(source: zipfile.ZipFile, target: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
