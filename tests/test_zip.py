@@ -1,11 +1,23 @@
 import base64
+import errno
 import os
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
 import pytest
 
-from zstores.errors import CorruptValueError
+from full_disk import (
+    check_acknowledged,
+    check_value,
+    delete_half_and_refill,
+    fill_until_full,
+    make_value,
+    small_filesystem,
+    small_fs,  # noqa: F401 - a fixture
+)
+from zstores.errors import CorruptValueError, StoreFullError
 from zstores.stores.zip import ZipStore
 from zstores.testing import StoreTests
 
@@ -316,3 +328,111 @@ def test_zarr2_reads_our_zipstore(tmp_path, zarr2, compression):
     # The member attributes zarr-python 2 writes: compression, rw-r--r--, Unix.
     assert set(map(tuple, seen["infos"].values())) == {(compression, 0o644 << 16, 3)}
     assert sorted(seen["infos"]) == sorted(values)
+
+
+# ------------------------------------------------------------------ full disks
+def _fill_disk(folder):
+    """Fill the file system holding ``folder`` with a filler file; return its path."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as file:
+        for block in (1 << 20, 4096, 1):
+            try:
+                while True:
+                    file.write(b"\0" * block)
+            except OSError as error:
+                assert error.errno == errno.ENOSPC
+    return filler
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "ext4"])
+def test_full_disk_keeps_every_flushed_value(tmp_path, kind):
+    with small_filesystem(16, kind) as fs:
+        path = fs / "data.zip"
+        open_code = f"zstores.ZipStore({str(path)!r})"
+        result = fill_until_full(open_code, tmp_path / "log", flush="flush")
+        result.assert_store_full()
+        assert str(path) in result.message
+        assert result.overwrite == "failed"  # 4 x 64 KiB cannot fit any more
+        assert result.close_error is None
+        with ZipStore(path, mode="r") as store:
+            check_acknowledged(store, result.acknowledged)
+            assert len(store) == len(result.acknowledged)
+        with zipfile.ZipFile(path) as archive:
+            assert archive.testzip() is None
+        delete_half_and_refill(open_code, lambda: ZipStore(path), result.acknowledged,
+                               tmp_path / "again")
+        with zipfile.ZipFile(path) as archive:
+            assert archive.testzip() is None
+
+
+def test_full_disk_error_is_typed_and_undone_in_the_same_process(small_fs):
+    path = small_fs / "data.zip"
+    store = ZipStore(path, mode="w")
+    written = {}
+    with pytest.raises(StoreFullError) as caught:
+        for n in range(1000):
+            key = f"k/{n}"
+            store[key] = make_value(key, 1, 64 * 1024)
+            written[key] = 1
+            if n % 10 == 0:
+                store.flush()
+    error = caught.value
+    assert error.errno == errno.ENOSPC and repr(store) in str(error)
+    assert isinstance(error.__cause__, OSError) and error.__cause__.errno == errno.ENOSPC
+    check_acknowledged(store, written)  # flushed or not, all readable here
+    first = next(iter(written))
+    with pytest.raises(StoreFullError):
+        store[first] = make_value(first, 2, 1 << 20)
+    assert check_value(first, store[first]) == 1
+    flushed = {key: 1 for key in list(written)[: len(written) // 10 * 10 - 9]}
+    try:
+        store.close()  # may find no room for the directory of the unflushed values
+    except StoreFullError:
+        pass
+    with ZipStore(path, mode="r") as reader:
+        check_acknowledged(reader, flushed)
+
+
+def test_failed_close_leaves_the_last_flushed_state(small_fs):
+    path = small_fs / "data.zip"
+    # Enough keys that the new directory needs a page the full tmpfs lacks.
+    before = {f"a/{i}": make_value(f"a/{i}", 1, 4096) for i in range(120)}
+    with ZipStore(path, mode="w") as store:
+        store.update(before)
+    store = ZipStore(path, mode="a")
+    store["b/0"] = make_value("b/0", 1, 64 * 1024)
+    store["a/1"] = make_value("a/1", 2, 64 * 1024)
+    del store["a/2"]
+    filler = _fill_disk(small_fs)
+    with pytest.raises(StoreFullError, match="not saved") as caught:
+        store.close()
+    assert caught.value.errno == errno.ENOSPC
+    with ZipStore(path, mode="r") as reader:
+        assert dict(reader.items()) == before
+    filler.unlink()
+    with ZipStore(path, mode="a") as again:  # the writer lock was released
+        assert dict(again.items()) == before
+        again["b/0"] = b"now"
+    with ZipStore(path, mode="r") as reader:
+        assert reader["b/0"] == b"now" and len(reader) == 121
+
+
+def test_a_crashed_writer_leaves_the_last_flush(tmp_path):
+    path = tmp_path / "data.zip"
+    code = (
+        "import os, zstores\n"
+        f"store = zstores.ZipStore({str(path)!r}, mode='w')\n"
+        "store['kept'] = b'flushed'\n"
+        "store.flush()\n"
+        "store['lost'] = b'x' * 200_000\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    with ZipStore(path, mode="r") as reader:
+        assert dict(reader.items()) == {"kept": b"flushed"}
+    with pytest.warns(RuntimeWarning, match="bytes after the archive's last central directory"):
+        store = ZipStore(path, mode="a")
+    store["new"] = b"1"
+    store.close()
+    with ZipStore(path, mode="r") as reader:
+        assert dict(reader.items()) == {"kept": b"flushed", "new": b"1"}

@@ -226,9 +226,11 @@ class ZipStore(Store):
             entries, tail_start, tail_end = found
         except OSError as error:
             raise self._io_error("reading the central directory", error) from error
-        if tail_end != size:
-            # A writer died after writing members it never flushed (or the
-            # file was cut): the last complete directory is the saved state.
+        if tail_end != size and self._mode != "r":
+            # A writer holds the lock: no other writer is active, so one died
+            # after writing members it never flushed (or the file was cut).
+            # The last complete directory is the saved state; readers of a
+            # live writer see the same, without a warning.
             warnings.warn(
                 f"{self!r}: {size - tail_end} bytes after the archive's last central "
                 f"directory are ignored (a writer stopped before flush() or close(), "
