@@ -3,14 +3,37 @@ threads, shared files and zarr-python 2 compatibility."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import pickle
+import re
 import sqlite3
+import subprocess
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
+from conftest import missing_peer
+from full_disk import (
+    check_acknowledged,
+    delete_half_and_refill,
+    fill_until_full,
+    make_value,
+    small_filesystem,
+    small_fs,  # noqa: F401  (a fixture)
+)
 from zarr2_roundtrip import check_reads_what_zarr2_wrote, check_zarr2_reads_what_we_wrote
 
-from zstores.errors import InvalidKeyError, StoreNotFoundError
+from zstores.errors import (
+    CorruptValueError,
+    InvalidKeyError,
+    ReadOnlyError,
+    StoreFullError,
+    StoreLockedError,
+    StoreNotFoundError,
+)
 from zstores.stores import sqlite as sqlite_module
 from zstores.stores.sqlite import SQLiteStore
 from zstores.testing import StoreTests
@@ -287,3 +310,170 @@ def test_reads_what_zarr2_wrote(tmp_path, zarr2):
 def test_zarr2_reads_what_we_wrote(tmp_path, zarr2):
     check_zarr2_reads_what_we_wrote(zarr2, tmp_path / "ours.sqlite", "zarr.SQLiteStore(path)",
                                     SQLiteStore)
+
+
+# ------------------------------------------------------------ full disks
+# A 16 MiB file system holds about 200 values of 64 KiB: the store fills it in
+# a child process, then this one checks, deletes half and writes again.
+FULL_DISK_CASES = [("tmpfs", 1), ("tmpfs", 8), ("ext4", 1), ("ext4", 8)]
+
+
+@pytest.mark.parametrize(("kind", "batch"), FULL_DISK_CASES)
+def test_full_disk_raises_store_full_keeps_every_value_and_deletes_make_room(
+    tmp_path, kind, batch
+):
+    with small_filesystem(16, kind) as fs:
+        path = fs / "data.sqlite"
+        code = f"zstores.SQLiteStore({str(path)!r})"
+        result = fill_until_full(code, tmp_path / "log", batch=batch)
+        result.assert_store_full()
+        assert str(path) in result.message
+        assert result.close_error is None
+        with SQLiteStore(path, mode="r") as store:
+            check_acknowledged(store, result.acknowledged)
+        delete_half_and_refill(code, lambda: SQLiteStore(path), result.acknowledged,
+                               tmp_path / "log")
+
+
+def test_full_disk_in_one_process(small_fs):
+    path = small_fs / "data.sqlite"
+    values = {}
+    with SQLiteStore(path) as store:
+        with pytest.raises(StoreFullError) as caught:
+            for i in range(10_000):
+                key = f"k/{i:05d}"
+                value = make_value(key, 1, 64 * 1024)
+                store[key] = value
+                values[key] = value
+        assert caught.value.errno == errno.ENOSPC
+        assert str(path) in str(caught.value)
+        assert isinstance(caught.value.__cause__, sqlite3.Error)
+        first = next(iter(values))
+        with pytest.raises(StoreFullError):  # an overwrite that fails keeps the old value
+            store[first] = make_value(first, 2, 256 * 1024)
+        with pytest.raises(StoreFullError):
+            store.setitems({"extra/0": b"x" * 65536, "extra/1": b"y" * 65536})
+        assert "extra/0" not in store
+        assert {key: store[key] for key in values} == values
+        doomed = sorted(values)[::2]
+        store.delitems(doomed)
+        for key in doomed:
+            del values[key]
+        for i in range(len(doomed) // 2):  # the freed room takes new values
+            key = f"again/{i:05d}"
+            store[key] = values[key] = make_value(key, 3, 64 * 1024)
+    with SQLiteStore(path, mode="r") as store:
+        assert {key: store[key] for key in store} == values
+
+
+def test_rmdir_and_clear_work_on_a_full_disk(small_fs):
+    path = small_fs / "data.sqlite"
+    with SQLiteStore(path) as store:
+        with pytest.raises(StoreFullError):
+            for i in range(10_000):
+                store[f"{'ab'[i % 2]}/{i:05d}"] = make_value(str(i), 1, 64 * 1024)
+        store.rmdir("a")
+        assert store.listdir() == ["b"]
+        with pytest.raises(StoreFullError):
+            for i in range(10_000):
+                store[f"c/{i:05d}"] = make_value(str(i), 1, 64 * 1024)
+        store.clear()
+        assert len(store) == 0
+        store["d"] = b"1"
+    with SQLiteStore(path, mode="r") as store:
+        assert list(store) == ["d"]
+
+
+# ------------------------------------------------------------ typed errors
+def test_a_file_that_is_not_a_database_is_a_corrupt_value_error(tmp_path):
+    path = tmp_path / "notes.sqlite"
+    path.write_bytes(b"these are not the pages you are looking for" * 100)
+    for mode in ("r", "a"):
+        with pytest.raises(CorruptValueError, match=re.escape(str(path))) as caught:
+            SQLiteStore(path, mode=mode)
+        assert isinstance(caught.value.__cause__, sqlite3.DatabaseError)
+
+
+def test_a_write_locked_out_beyond_the_timeout_is_store_locked(tmp_path):
+    path = tmp_path / "db.sqlite"
+    with SQLiteStore(path, timeout=0.1) as store:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreLockedError, match="locked") as caught:
+                store["k"] = b"v"
+            assert isinstance(caught.value, BlockingIOError)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        store["k"] = b"v"
+
+
+# ------------------------------------------------- read-only access, media
+def _files(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_mode_r_leaves_no_files_behind(tmp_path):
+    path = tmp_path / "db.sqlite"
+    with SQLiteStore(path) as store:
+        store["a/b"] = b"1"
+    before = _files(tmp_path)
+    assert not any(name.endswith(("-wal", "-shm")) for name in before)
+    with SQLiteStore(path, mode="r") as store:
+        assert store["a/b"] == b"1" and store.listdir() == ["a"] and store.getsize() == 1
+    assert _files(tmp_path) == before
+
+
+def test_mode_r_sees_a_writer_at_work_and_leaves_its_files_alone(tmp_path):
+    path = tmp_path / "db.sqlite"
+    with SQLiteStore(path) as writer:
+        writer["k1"] = b"1"
+        with SQLiteStore(path, mode="r") as reader:
+            assert reader["k1"] == b"1"
+            writer["k2"] = b"2"
+            assert reader["k2"] == b"2"
+        assert (tmp_path / "db.sqlite-wal").exists()
+        writer["k3"] = b"3"
+    before = _files(tmp_path)
+    assert not any(name.endswith(("-wal", "-shm")) for name in before)
+    # a reader that found no -wal removes the files once everyone is gone
+    with SQLiteStore(path, mode="r") as reader:
+        with SQLiteStore(path) as writer:
+            writer["k4"] = b"4"
+            assert reader["k4"] == b"4"
+    assert _files(tmp_path) == before
+
+
+@contextlib.contextmanager
+def read_only_view(folder):
+    """``folder`` seen through a read-only bind mount (read-only media, for root too)."""
+    if os.geteuid() != 0:
+        missing_peer("a read-only bind mount needs root")
+    view = Path(tempfile.mkdtemp(prefix="zstores-ro-"))
+    subprocess.run(["mount", "--bind", str(folder), str(view)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True)
+        yield view
+    finally:
+        subprocess.run(["umount", "-l", str(view)], check=False)
+        view.rmdir()
+
+
+@pytest.mark.parametrize("left_open", [False, True])
+def test_store_on_read_only_media_opens_read_only(tmp_path, left_open):
+    path = tmp_path / "db.sqlite"
+    writer = SQLiteStore(path)
+    writer.setitems({"a/0": b"0", "a/1": b"1"})
+    if not left_open:
+        writer.close()  # else a -wal and -shm stay, as after a crash
+    before = _files(tmp_path)
+    with read_only_view(tmp_path) as view:
+        with SQLiteStore(view / "db.sqlite", mode="r") as store:
+            assert store.listdir("a") == ["0", "1"] and store["a/1"] == b"1"
+        with pytest.raises(ReadOnlyError, match=re.escape(str(view / "db.sqlite"))):
+            SQLiteStore(view / "db.sqlite", mode="a")["a/2"] = b"2"
+        with pytest.raises(StoreNotFoundError, match="missing.sqlite"):
+            SQLiteStore(view / "missing.sqlite", mode="r")
+    assert _files(tmp_path) == before
+    writer.close()
