@@ -91,7 +91,7 @@ def test_name_error_rules() -> None:
 
 
 # ---------------------------------------------------------------- names
-@pytest.fixture(params=["memory", "directory", "sqlite"])
+@pytest.fixture(params=["memory", "directory", "sqlite", "lmdb", "redis", "mongodb"])
 def mounted_store(request: pytest.FixtureRequest, tmp_path: Path,
                   mountpoint: Path) -> Iterator[tuple[zstores.Store, Path]]:
     store = make_store(request.param, tmp_path / "store")
