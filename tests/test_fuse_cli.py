@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -222,3 +223,139 @@ def test_daemon_logs_refused_operations_to_the_log_file(tmp_path: Path,
         assert run_zfuse("unmount", str(mountpoint)).returncode == 0
     logged = log.read_text()
     assert "WARNING refused name '/back" in logged and "back/slash" in logged
+
+
+# ------------------------------------------------------------ first contact
+def _listed(*extra: str) -> list[dict[str, object]]:
+    done = run_zfuse("list", "--json", *extra)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    return json.loads(done.stdout)
+
+
+def _password_url(tmp_path: Path) -> tuple[str, str]:
+    """A store URL with a password that opens, and the password: Redis's default user
+    takes any password when none is configured (``nopass``)."""
+    base = os.environ.get("ZSTORES_TEST_REDIS_URL")
+    if not base:
+        missing_peer("ZSTORES_TEST_REDIS_URL is not set: no Redis to mount with a password")
+    secret = f"s3cret{os.getpid()}"
+    url = base.replace("redis://", f"redis://default:{secret}@", 1)
+    return f"{url}?prefix=zfuse_list_{tmp_path.name}", secret
+
+
+def test_list_shows_each_mount_with_its_redacted_url_and_daemon_and_forgets_it(
+        tmp_path: Path, mountpoint: Path) -> None:
+    second = tmp_path / "mnt2"
+    second.mkdir()
+    with_password, secret = _password_url(tmp_path)
+    store_path = tmp_path / "data.sqlite"
+    first = run_zfuse("mount", f"sqlite://{store_path}", str(mountpoint), "--read-only")
+    assert first.returncode != 0  # read-only and missing: nothing mounted
+    with SQLiteStore(store_path) as store:
+        store["a"] = b"1"
+    mounted = []
+    try:
+        for url, target, extra in [(f"sqlite://{store_path}", mountpoint, ["--read-only"]),
+                                   (with_password, second, [])]:
+            done = run_zfuse("mount", url, str(target), *extra)
+            assert done.returncode == 0, done.stderr
+            mounted.append((target, _daemon_pid(done.stdout)))
+        ours = {entry["mountpoint"]: entry for entry in _listed()
+                if str(entry["mountpoint"]).startswith(str(tmp_path))}
+        assert ours == {
+            str(mountpoint): {"mountpoint": str(mountpoint), "url": f"sqlite://{store_path}",
+                              "pid": mounted[0][1], "read_only": True, "status": "running"},
+            str(second): {"mountpoint": str(second), "url": with_password.replace(secret, "***"),
+                          "pid": mounted[1][1], "read_only": False, "status": "running"},
+        }
+        table = run_zfuse("list")
+        assert table.returncode == 0 and secret not in table.stdout
+        row = next(line for line in table.stdout.splitlines() if line.startswith(f"{second} "))
+        assert row.split()[1:3] == [str(mounted[1][1]), "rw"], row
+        # A daemon killed with -9 cannot remove its record: the mount shows as gone.
+        os.kill(mounted[1][1], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not _gone(mounted[1][1]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        gone = next(e for e in _listed() if e["mountpoint"] == str(second))
+        assert gone["status"] == "daemon gone" and gone["pid"] is None
+    finally:
+        for target, _ in mounted:
+            if zfuse.is_mounted(target):
+                assert run_zfuse("unmount", str(target)).returncode == 0
+    assert not [e for e in _listed() if str(e["mountpoint"]).startswith(str(tmp_path))]
+    records = os.listdir(registry_dir()) if os.path.isdir(registry_dir()) else []
+    for name in records:  # no record of ours is left behind, the killed daemon's included
+        with open(os.path.join(registry_dir(), name)) as record:
+            assert str(tmp_path) not in record.read()
+
+
+def registry_dir() -> str:
+    from zfuse.registry import runtime_dir
+
+    return runtime_dir()
+
+
+def test_versions_are_one_line_each() -> None:
+    done = run_zfuse("--version")
+    assert done.returncode == 0 and not done.stderr
+    assert re.fullmatch(r"zfuse \d+\.\d+\S*, libfuse [23]\.\d+\n", done.stdout), done.stdout
+    done = subprocess.run([sys.executable, "-m", "zstores", "--version"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0 and re.fullmatch(r"zstores \d+\.\d+\S*\n", done.stdout)
+
+
+@pytest.mark.parametrize("command", [[], ["mount"], ["unmount"], ["list"]])
+def test_every_help_has_examples(command: list[str]) -> None:
+    done = run_zfuse(*command, "--help")
+    assert done.returncode == 0, done.stderr
+    examples = done.stdout.partition("\nexamples:\n")[2]
+    lines = [line.strip() for line in examples.splitlines() if line.strip()]
+    assert lines and all(line.startswith("zfuse ") for line in lines[:2]), done.stdout
+    if command:
+        assert all(line.startswith(f"zfuse {command[0]}") for line in lines[:2])
+
+
+def test_a_busy_unmount_names_the_lazy_option(tmp_path: Path, mountpoint: Path) -> None:
+    done = run_zfuse("mount", "memory://", str(mountpoint))
+    assert done.returncode == 0, done.stderr
+    try:
+        (mountpoint / "held").write_bytes(b"x")
+        with open(mountpoint / "held", "rb"):
+            busy = run_zfuse("unmount", str(mountpoint))
+            assert busy.returncode == 1 and zfuse.is_mounted(mountpoint)
+            assert busy.stderr.strip().splitlines() == [
+                f"zfuse: error: cannot unmount {mountpoint}: {mountpoint} is busy (a process "
+                "has a file or its working directory in it); close what uses it or run "
+                f"`zfuse unmount --lazy {mountpoint}`"]
+            lazy = run_zfuse("unmount", "--lazy", str(mountpoint))
+            assert lazy.returncode == 0, lazy.stderr
+            assert not zfuse.is_mounted(mountpoint)
+    finally:
+        if zfuse.is_mounted(mountpoint):
+            run_zfuse("unmount", "--lazy", str(mountpoint))
+
+
+@pytest.mark.parametrize("major", ["2", "3"])
+def test_a_foreground_mount_says_only_where_it_mounted(major: str, tmp_path: Path,
+                                                       mountpoint: Path) -> None:
+    """No libfuse warning (libfuse 3.14 warned of 'invalid max threads value 4294967295')."""
+    env = {**os.environ, "ZFUSE_LIBFUSE": major}
+    process = subprocess.Popen([*ZFUSE, "mount", "memory://", str(mountpoint), "--foreground"],
+                               stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not zfuse.is_mounted(mountpoint) and time.monotonic() < deadline:
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            time.sleep(0.05)
+        (mountpoint / "f").write_bytes(b"x")  # served: libfuse is past its start-up
+        listed = [e for e in _listed() if e["mountpoint"] == str(mountpoint)]
+        assert [(e["pid"], e["url"]) for e in listed] == [(process.pid, "memory://")]
+        process.send_signal(signal.SIGTERM)
+        _, said = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0
+    assert said.splitlines() == [f"zfuse: memory:// mounted at {mountpoint}; Ctrl-C unmounts"]

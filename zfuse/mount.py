@@ -663,7 +663,8 @@ def unmount(mountpoint: str | os.PathLike[str], *, lazy: bool = False,
 
     A busy mount is retried for ``timeout`` seconds; ``lazy`` detaches it at
     once and releases it when the last open file closes.  For a mount served
-    by a ``zfuse`` daemon, waits for the daemon to close the store.
+    by a ``zfuse`` daemon, waits for the daemon to close the store (not after
+    ``lazy``: the daemon ends when the last file closes).
 
     Raises
     ------
@@ -695,7 +696,8 @@ def unmount(mountpoint: str | os.PathLike[str], *, lazy: bool = False,
             raise MountError(f"cannot unmount {path}: {reason}")
         time.sleep(0.1)
     daemon = _DAEMON_FSNAME.match(source)
-    if daemon and int(daemon.group(1)) != os.getpid():
+    # A lazy unmount leaves the daemon serving the files still open: no wait.
+    if daemon and not lazy and int(daemon.group(1)) != os.getpid():
         _wait_for_exit(int(daemon.group(1)), 60.0)
         registry.forget(path, pid=int(daemon.group(1)))  # a killed daemon left its record
 
