@@ -20,11 +20,12 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from full_disk import check_acknowledged, check_value, make_value, read_log, small_filesystem
+from full_disk import check_acknowledged, check_value, read_log, small_filesystem
 from fuse_helpers import (
     make_store,
     mountpoint,
@@ -32,10 +33,11 @@ from fuse_helpers import (
     require_fuse,
     run_zfuse,
 )
+from mfusepy import FuseOSError
 
 import zfuse
 import zstores
-from zfuse.operations import errno_for, name_error
+from zfuse.operations import StoreOperations, errno_for, name_error
 from zstores.errors import (
     CorruptValueError,
     InvalidKeyError,
@@ -91,6 +93,31 @@ def test_name_error_rules() -> None:
 
 
 # ---------------------------------------------------------------- names
+def test_every_operation_that_makes_a_name_checks_it_itself() -> None:
+    # Through a mount the kernel's lookup answers first; the operations must
+    # refuse on their own too (libfuse may skip the lookup, e.g. a cached
+    # negative entry, and callers of StoreOperations have no kernel).
+    store = zstores.MemoryStore()
+    store["src"] = b"value"
+    ops = StoreOperations(store, attr_timeout=0)
+    fi = SimpleNamespace(flags=os.O_WRONLY | os.O_CREAT, fh=0, keep_cache=0)
+    for bad, code in [("/" + TOO_LONG[0], errno.ENAMETOOLONG),
+                      ("/" + TOO_LONG[2], errno.ENAMETOOLONG),
+                      ("/" + NOT_UTF8.decode("utf-8", "surrogateescape"), errno.EILSEQ)]:
+        attempts = {
+            "create": lambda: ops.create(bad, 0o644, fi),
+            "mknod": lambda: ops.mknod(bad, 0o100644, 0),
+            "mkdir": lambda: ops.mkdir(bad, 0o755),
+            "rename": lambda: ops.rename("/src", bad),
+            "link": lambda: ops.link(bad, "/src"),
+        }
+        for name, attempt in attempts.items():
+            with pytest.raises(FuseOSError) as raised:
+                attempt()
+            assert raised.value.errno == code, (name, bad)
+    assert dict(store) == {"src": b"value"}
+
+
 @pytest.fixture(params=["memory", "directory", "sqlite", "lmdb", "redis", "mongodb"])
 def mounted_store(request: pytest.FixtureRequest, tmp_path: Path,
                   mountpoint: Path) -> Iterator[tuple[zstores.Store, Path]]:
@@ -239,7 +266,7 @@ def write_through_mount(mount: Path, log: Path, *, prefix: str, serial: int = 1,
 
 
 @pytest.fixture
-def daemon_mount(mountpoint: Path, tmp_path: Path) -> Iterator[callable]:
+def daemon_mount(mountpoint: Path, tmp_path: Path) -> Iterator[Callable[[str, Path], Path]]:
     """Start ``zfuse mount URL`` daemons; every one is unmounted after the test."""
     mounted: list[Path] = []
 
@@ -284,7 +311,8 @@ def test_full_disk_through_a_mount_is_enospc_and_loses_nothing(
         os.mkdir(mount / "k")
         report = write_through_mount(mount, log, prefix="k/")
         acknowledged = read_log(log)
-        daemon_log = (tmp_path / "zfuse.log").read_text() if (tmp_path / "zfuse.log").exists() else ""
+        daemon_log = tmp_path / "zfuse.log"
+        daemon_log = daemon_log.read_text() if daemon_log.exists() else ""
         assert report["errno"] is not None, "the disk never filled up"
         assert report["errno"] == errno.ENOSPC, (
             f"a full disk reached the writer as {errno.errorcode.get(report['errno'])} "
