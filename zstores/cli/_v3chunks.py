@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = ["ChunkChecker", "INSTALL_HINT", "zarr_v3_problem"]
 #: What to install to decode v3 chunks.
 INSTALL_HINT = "pip install 'zstores[zarr]'"
 _EMPTY = 2**64 - 1  # offset and length of an inner chunk the shard does not hold
+_NUMCODECS_WARNING = "Numcodecs codecs are not in the Zarr version 3 specification"
 _MESSAGE_LIMIT = 200  # characters of a codec's error message kept in a finding
 
 
@@ -144,8 +146,10 @@ class ChunkChecker:
         from ..adapters import zarr_store
 
         try:
-            array = zarr.open_array(zarr_store(store, mode="r"), path=path, mode="r",
-                                    zarr_format=3)
+            with warnings.catch_warnings():  # said to writers; the data is already written
+                warnings.filterwarnings("ignore", message=_NUMCODECS_WARNING)
+                array = zarr.open_array(zarr_store(store, mode="r"), path=path, mode="r",
+                                        zarr_format=3)
         except Exception as error:  # noqa: BLE001 - zarr raises many kinds
             raise ValueError(f"zarr-python cannot open it: {_why(error)}") from error
         self._prototype = default_buffer_prototype()
