@@ -2,15 +2,39 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import multiprocessing
+import os
+import re
+import subprocess
+import tempfile
 import threading
 import time
+from pathlib import Path
 
+import lmdb
 import numpy as np
 import pytest
+from conftest import missing_peer
+from full_disk import (
+    check_acknowledged,
+    delete_half_and_refill,
+    fill_until_full,
+    make_value,
+    small_filesystem,
+    small_fs,  # noqa: F401  (a fixture)
+)
 from zarr2_roundtrip import check_reads_what_zarr2_wrote, check_zarr2_reads_what_we_wrote
 
-from zstores.errors import InvalidKeyError, ReadOnlyError
+from zstores.errors import (
+    CorruptValueError,
+    InvalidKeyError,
+    ReadOnlyError,
+    StoreFullError,
+    StoreIOError,
+)
+from zstores.stores import lmdb as lmdb_module
 from zstores.stores.lmdb import LMDBStore, _Gate
 from zstores.testing import StoreTests
 from zstores.testing.workers import value_for, write_keys
@@ -250,3 +274,132 @@ def test_zarr2_reads_what_we_wrote(tmp_path, zarr2):
     # zarr 2 reopened it with a 1 TiB writable map; we still open and read it.
     with LMDBStore(path, mode="r") as store:
         assert {key: store[key] for key in store} == contents
+
+
+# ------------------------------------------------------------ full disks
+# A 16 MiB file system holds about 220 values of 64 KiB; the map starts at
+# 256 KiB, so it grows several times before the disk fills up.
+FULL_DISK_CASES = [("tmpfs", 1), ("tmpfs", 8), ("ext4", 1), ("ext4", 8)]
+
+
+@pytest.mark.parametrize(("kind", "batch"), FULL_DISK_CASES)
+def test_full_disk_raises_store_full_keeps_every_value_and_deletes_make_room(
+    tmp_path, kind, batch
+):
+    with small_filesystem(16, kind) as fs:
+        path = fs / "data.lmdb"
+        code = f"zstores.LMDBStore({str(path)!r}, map_size=256 * 1024)"
+        result = fill_until_full(code, tmp_path / "log", batch=batch)
+        result.assert_store_full()
+        assert str(path) in result.message
+        assert result.close_error is None
+        with LMDBStore(path, mode="r") as store:
+            check_acknowledged(store, result.acknowledged)
+        delete_half_and_refill(code, lambda: LMDBStore(path), result.acknowledged,
+                               tmp_path / "log")
+
+
+def test_full_disk_in_one_process(small_fs):
+    path = small_fs / "data.lmdb"
+    values = {}
+    with LMDBStore(path, map_size=256 * KiB) as store:
+        with pytest.raises(StoreFullError) as caught:
+            for i in range(10_000):
+                key = f"k/{i:05d}"
+                value = make_value(key, 1, 64 * KiB)
+                store[key] = value
+                values[key] = value
+        assert caught.value.errno == errno.ENOSPC
+        assert str(path) in str(caught.value)
+        assert isinstance(caught.value.__cause__, lmdb.Error)
+        first = next(iter(values))
+        with pytest.raises(StoreFullError):  # an overwrite that fails keeps the old value
+            store[first] = make_value(first, 2, 256 * KiB)
+        with pytest.raises(StoreFullError):
+            store.setitems({"extra/0": b"x" * 65536, "extra/1": b"y" * 65536})
+        assert "extra/0" not in store
+        assert {key: store[key] for key in values} == values
+        doomed = sorted(values)[::2]
+        store.delitems(doomed)  # ~110 keys at once: copy-on-write needs room
+        for key in doomed:
+            del values[key]
+        for i in range(len(doomed) // 2):  # the freed pages take new values
+            key = f"again/{i:05d}"
+            store[key] = values[key] = make_value(key, 3, 64 * KiB)
+    with LMDBStore(path, mode="r") as store:
+        assert {key: store[key] for key in store} == values
+
+
+def test_rmdir_and_clear_work_on_a_full_disk(small_fs):
+    path = small_fs / "data.lmdb"
+    with LMDBStore(path, map_size=256 * KiB) as store:
+        with pytest.raises(StoreFullError):
+            for i in range(10_000):
+                store[f"{'ab'[i % 2]}/{i:05d}"] = make_value(str(i), 1, 64 * KiB)
+        store.rmdir("a")
+        assert store.listdir() == ["b"]
+        with pytest.raises(StoreFullError):
+            for i in range(10_000):
+                store[f"c/{i:05d}"] = make_value(str(i), 1, 64 * KiB)
+        store.clear()
+        assert len(store) == 0
+        store["d"] = b"1"
+    with LMDBStore(path, mode="r") as store:
+        assert list(store) == ["d"]
+
+
+def test_an_io_error_is_a_full_disk_only_when_the_disk_is_full(tmp_path, small_fs):
+    # LMDB reports a write cut short by a full disk as EIO: the store tells
+    # the two apart by the room left on the file system.
+    eio = lmdb.Error("mdb_txn_commit: Input/output error")
+    _translate = lmdb_module._translate
+    error = _translate("store", eio, folder=str(tmp_path), write=True, payload=1000)
+    assert type(error) is StoreIOError and error.errno == errno.EIO
+    with open(small_fs / "filler", "wb") as filler:
+        with contextlib.suppress(OSError):
+            while True:
+                filler.write(b"x" * MiB)
+                filler.flush()
+    error = _translate("store", eio, folder=str(small_fs), write=True, payload=1000)
+    assert type(error) is StoreFullError and error.errno == errno.ENOSPC
+    read = _translate("store", eio, folder=str(small_fs), write=False)
+    assert type(read) is StoreIOError
+
+
+# ------------------------------------------------------------ typed errors
+def test_a_damaged_environment_is_a_corrupt_value_error(tmp_path):
+    path = tmp_path / "s"
+    path.mkdir()
+    (path / "data.mdb").write_bytes(b"not an LMDB environment at all" * 1000)
+    for mode in ("r", "a"):
+        with pytest.raises(CorruptValueError, match=re.escape(str(path))) as caught:
+            LMDBStore(path, mode=mode)
+        assert isinstance(caught.value.__cause__, lmdb.Error)
+
+
+@contextlib.contextmanager
+def read_only_view(folder):
+    """``folder`` seen through a read-only bind mount (read-only media, for root too)."""
+    if os.geteuid() != 0:
+        missing_peer("a read-only bind mount needs root")
+    view = Path(tempfile.mkdtemp(prefix="zstores-ro-"))
+    subprocess.run(["mount", "--bind", str(folder), str(view)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True)
+        yield view
+    finally:
+        subprocess.run(["umount", "-l", str(view)], check=False)
+        view.rmdir()
+
+
+def test_store_on_read_only_media_opens_read_only(tmp_path):
+    with LMDBStore(tmp_path / "s") as store:
+        store.setitems({"a/0": b"0", "a/1": b"1"})
+    before = sorted(p.name for p in (tmp_path / "s").iterdir())
+    with read_only_view(tmp_path) as view:
+        with LMDBStore(view / "s", mode="r") as store:
+            assert store.listdir("a") == ["0", "1"] and store["a/1"] == b"1"
+        with pytest.raises(ReadOnlyError, match="read-only") as caught:
+            LMDBStore(view / "s", mode="a")
+        assert str(view / "s") in str(caught.value)
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == before

@@ -56,6 +56,10 @@ _RESERVE_BYTES = 1 << 20
 # reuses the pages the pieces before it freed, so the room needed stays small.
 _FULL_DISK_PIECE = 64
 
+# A key no store key can equal (keys never hold NUL): put and deleted again in
+# one transaction, it commits a transaction that changes no value.
+_NUDGE_KEY = b"\x00zstores: not a key"
+
 # A write that fails with EIO is taken for a full disk when the file system has
 # less than this many bytes free beyond the write's own size: LMDB reports a
 # short write (the disk filled up during it) as EIO, not ENOSPC.
@@ -473,6 +477,22 @@ class LMDBStore(Store):
         in_pieces()
         self._reserve.ensure()
 
+    def _after_nudge(self, attempt: Callable[[], T]) -> T:
+        """Retry a write that found the disk full, once the pages freed last are reusable.
+
+        LMDB keeps the pages the latest commit freed for readers of the
+        snapshot before it: only the commit after next may reuse them.  After
+        a delete the first write would thus find no room although the delete
+        made some; one commit that changes no value (a key that cannot exist,
+        put and deleted) makes the delete's pages reusable.
+        """
+        def nudge(txn: lmdb.Transaction) -> None:
+            txn.put(_NUDGE_KEY, b"")
+            txn.delete(_NUDGE_KEY)
+
+        self._run(nudge, write=True)
+        return attempt()
+
     def _delete_in_pieces(self, keys: list[str]) -> None:
         for i in range(0, len(keys), _FULL_DISK_PIECE):
             piece = [key.encode() for key in keys[i : i + _FULL_DISK_PIECE]]
@@ -566,7 +586,13 @@ class LMDBStore(Store):
         return self._run(work)
 
     def _set(self, key: str, value: Buffer) -> None:
-        self._run(lambda txn: txn.put(key.encode(), value), write=True, payload=len(value))
+        def work(txn: lmdb.Transaction) -> None:
+            txn.put(key.encode(), value)
+
+        try:
+            self._run(work, write=True, payload=len(value))
+        except StoreFullError:
+            self._after_nudge(lambda: self._run(work, write=True, payload=len(value)))
 
     def _delete(self, key: str) -> None:
         def work(txn: lmdb.Transaction) -> None:
@@ -606,7 +632,13 @@ class LMDBStore(Store):
             for key, value in items:
                 txn.put(key.encode(), value)
 
-        self._run(work, write=True, payload=sum(len(value) for _, value in items))
+        def attempt() -> None:
+            self._run(work, write=True, payload=sum(len(value) for _, value in items))
+
+        try:
+            attempt()
+        except StoreFullError:
+            self._after_nudge(attempt)
 
     def _delete_many(self, keys: list[str]) -> None:
         if not keys:
