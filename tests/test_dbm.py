@@ -1,17 +1,29 @@
 import base64
 import dbm
 import dbm.dumb
+import errno
 import importlib
 import json
 import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from full_disk import (
+    check_acknowledged,
+    check_value,
+    delete_half_and_refill,
+    fill_until_full,
+    make_value,
+    small_filesystem,
+)
+from zstores.errors import CorruptValueError, StoreFullError
+from zstores.stores._dumb import DumbFiles
 from zstores.stores.dbm import DBMStore
 from zstores.testing import StoreTests
 
@@ -109,13 +121,13 @@ def test_dumb_batch_delete_rewrites_the_index_once(tmp_path, monkeypatch):
     store.setitems({f"g/{i}": b"x" for i in range(2000)})
     store["keep"] = b"k"
     commits = []
-    real_commit = dbm.dumb._Database._commit
+    real_commit = DumbFiles.commit
 
-    def counting_commit(db):
+    def counting_commit(files):
         commits.append(1)
-        return real_commit(db)
+        return real_commit(files)
 
-    monkeypatch.setattr(dbm.dumb._Database, "_commit", counting_commit)
+    monkeypatch.setattr(DumbFiles, "commit", counting_commit)
     store.rmdir("g")
     assert len(commits) == 1  # per-key deletes would rewrite the index 2000 times
     store.delitems(["keep", "missing"])
@@ -130,13 +142,13 @@ def test_dumb_fast_paths_keep_dbm_dumbs_own_format(tmp_path):
     leave a database that dbm.dumb reads as if it had written it itself."""
     path = str(tmp_path / "data")
     with DBMStore(path, open=dbm.dumb.open, mode="w") as store:
-        assert store._values_fd is not None  # the fast path is what this tests
+        assert store._files is not None  # the fast path is what this tests
         store["grows"] = b"a" * 10
         store["shrinks"] = b"b" * 2000
         store["odd"] = b"c" * 513  # ends past a block boundary: the next is padded
         store.setitems({"batch/0": b"d" * 700, "batch/1": b""})
         store["grows"] = b"A" * 5000  # no longer fits its blocks: appended
-        store["shrinks"] = b"B" * 3  # fits: rewritten in place
+        store["shrinks"] = b"B" * 3  # written elsewhere: the old value stays until synced
         del store["odd"]
         expected = {"grows": b"A" * 5000, "shrinks": b"B" * 3, "batch/0": b"d" * 700,
                     "batch/1": b""}
@@ -336,3 +348,128 @@ def test_zarr2_reads_our_dbmstore(tmp_path, zarr2):
     assert seen["array"] == np.arange(120).reshape(10, 12).tolist()
     assert seen["attrs"] == {"title": "written by zstores"}
     assert seen["array_attrs"] == {"units": "m"}
+
+
+# ------------------------------------------------------------------ full disks
+DUMB_OPEN = "zstores.DBMStore({path!r}, open=__import__('dbm.dumb').dumb.open)"
+
+
+def check_with_dbm_dumb(path, acknowledged):
+    """dbm.dumb itself opens the files and reads every acknowledged value intact."""
+    with dbm.dumb.open(str(path), "r") as db:
+        for key, serial in acknowledged.items():
+            assert check_value(key, db[key.encode()]) >= serial
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "ext4"])
+def test_dumb_full_disk_keeps_every_acknowledged_value(tmp_path, kind):
+    with small_filesystem(16, kind) as fs:
+        path = fs / "db"
+        open_code = DUMB_OPEN.format(path=str(path))
+        result = fill_until_full(open_code, tmp_path / "log")
+        result.assert_store_full()
+        assert str(path) in result.message
+        assert result.overwrite == "failed"
+        assert result.close_error is None
+        with DBMStore(path, open=dbm.dumb.open, mode="r") as store:
+            check_acknowledged(store, result.acknowledged)
+            assert len(store) == len(result.acknowledged)
+        check_with_dbm_dumb(path, result.acknowledged)
+        delete_half_and_refill(open_code, lambda: DBMStore(path, open=dbm.dumb.open),
+                               result.acknowledged, tmp_path / "again")
+        with DBMStore(path, open=dbm.dumb.open, mode="r") as store:
+            check_with_dbm_dumb(path, {key: 1 for key in store})
+
+
+def test_dumb_full_disk_error_is_typed_and_changes_nothing(tmp_path):
+    with small_filesystem(16, "tmpfs") as fs:
+        path = fs / "db"
+        store = DBMStore(path, open=dbm.dumb.open, mode="w")
+        written = {}
+        with pytest.raises(StoreFullError) as caught:
+            for n in range(1000):
+                key = f"k/{n}"
+                store[key] = make_value(key, 1, 64 * 1024)
+                written[key] = 1
+        error = caught.value
+        assert error.errno == errno.ENOSPC and repr(store) in str(error) and key in str(error)
+        assert isinstance(error.__cause__, OSError) and error.__cause__.errno == errno.ENOSPC
+        sizes = {name: os.path.getsize(fs / name) for name in ("db.dat", "db.dir")}
+        first = next(iter(written))
+        with pytest.raises(StoreFullError):
+            store[first] = make_value(first, 2, 1 << 20)
+        with pytest.raises(StoreFullError):
+            store.setitems({"x/0": make_value("x/0", 1, 1 << 20)})
+        assert {name: os.path.getsize(fs / name) for name in sizes} == sizes
+        check_acknowledged(store, written)
+        # Deleting on the full disk works, and the space is reused at once.
+        store.delitems(list(written)[:5])
+        for n in range(5):
+            store[f"new/{n}"] = make_value(f"new/{n}", 1, 64 * 1024)
+        store.close()
+        kept = {key: 1 for key in list(written)[5:]}
+        kept.update({f"new/{n}": 1 for n in range(5)})
+        check_with_dbm_dumb(path, kept)
+        with dbm.dumb.open(str(path), "r") as db:
+            assert len(db) == len(kept)
+
+
+KILLED_WRITER = """
+import random, sys
+sys.path.insert(0, {tests!r})
+from full_disk import make_value
+import dbm.dumb, zstores
+store = zstores.DBMStore({path!r}, open=dbm.dumb.open)
+store["first"] = make_value("first", 0, 10)
+print("ready", flush=True)
+rng = random.Random({seed})
+serial = 0
+while True:
+    serial += 1
+    key = f"k/{{rng.randrange(40)}}"
+    action = rng.random()
+    if action < 0.6:
+        store[key] = make_value(key, serial, rng.choice([100, 600, 5000, 70000]))
+    elif action < 0.8:
+        store.setitems({{f"b/{{i}}": make_value(f"b/{{i}}", serial, 700) for i in range(3)}})
+    else:
+        store.delitems([key, f"b/{{rng.randrange(3)}}"])
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_dumb_killed_writer_leaves_files_dbm_dumb_reads(tmp_path, seed):
+    path = tmp_path / "db"
+    tests = str(Path(__file__).resolve().parent)
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER.format(
+        tests=tests, path=str(path), seed=seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout.readline() == b"ready\n", child.communicate()[1].decode()[-2000:]
+    time.sleep(0.2 + 0.2 * seed)  # a few hundred writes, deletes and batches
+    child.kill()
+    _, stderr = child.communicate()
+    assert child.returncode == -9, stderr.decode()[-2000:]
+    with dbm.dumb.open(str(path), "r") as db:  # dbm.dumb itself, no repair
+        assert len(db) > 0
+        for raw in db.keys():
+            check_value(raw.decode(), db[raw])
+    with DBMStore(path, open=dbm.dumb.open) as store:  # and the store goes on
+        store["after"] = b"crash"
+    with dbm.dumb.open(str(path), "r") as db:
+        assert db[b"after"] == b"crash"
+
+
+def test_dumb_damaged_files_raise_corrupt_value_error(tmp_path):
+    path = tmp_path / "db"
+    with DBMStore(path, open=dbm.dumb.open, mode="w") as store:
+        store["a"] = b"x" * 2000
+        store["b"] = b"y" * 10
+    with open(tmp_path / "db.dat", "r+b") as data:
+        data.truncate(1000)  # cut inside the value of "a"
+    with DBMStore(path, open=dbm.dumb.open, mode="r") as store:
+        with pytest.raises(CorruptValueError, match="'a'") as caught:
+            store["a"]
+        assert str(path) in str(caught.value)
+    with open(tmp_path / "db.dir", "a") as index:
+        index.write("'c', (0,")  # half a line, as dbm.dumb leaves on a full disk
+    with pytest.raises(CorruptValueError, match="index is damaged"):
+        DBMStore(path, open=dbm.dumb.open, mode="r")

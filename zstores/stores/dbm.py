@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dbm
+import errno
 import os
 import sqlite3
 import threading
@@ -13,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..base import Buffer, Mode, Store
+from ..errors import CorruptValueError, StoreFullError, StoreIOError, ZStoresError
 from ..sync.writer import writer_lock
+from ._dumb import DumbFiles, ShortValue, is_dumb
 
 __all__ = ["DBMStore"]
 
@@ -36,12 +39,25 @@ class DBMStore(Store):
     get a thread of their own that runs every operation.  Writes reach the
     file as the flavour makes them; ``setitems`` and ``delitems`` sync once per
     batch (one transaction with ``dbm.sqlite3``) and ``close()`` syncs and
-    closes.  Crash safety is the flavour's: ``dbm.sqlite3`` is transactional,
-    ``dbm.dumb`` is not (it may overwrite a value in place and keeps part of
-    its index in memory until it syncs).  For ``dbm.dumb`` the store reads and
-    writes values through a descriptor it keeps on the data file, where and
-    in the order dbm.dumb itself would (dbm.dumb opens the file on every
-    call); the files stay dbm.dumb's own.
+    closes.  ``dbm.sqlite3`` is transactional.
+
+    ``dbm.dumb`` databases are written by the store itself, in dbm.dumb's own
+    file format but never as dbm.dumb would (see ``zstores.stores._dumb``): a
+    value goes to space no index line refers to, then its index line is
+    appended; deletes write a new index file and move it into place; and the
+    data file keeps a reserve of free bytes (at least the index's size) at
+    its end.  So a failed write changes nothing, a crash at any moment leaves
+    files ``dbm.dumb`` opens with the state before or after the operation,
+    and on a full disk deleting keys still works and frees their space for
+    new values.  A write is durable after ``setitems``, ``delitems`` or
+    ``close()`` (which sync); a single ``store[key] = value`` survives the
+    process crashing, not the machine.
+
+    Every failure of the backend is typed: a full disk raises
+    ``StoreFullError`` (``errno`` ``ENOSPC``; for ``dbm.ndbm``, which reports
+    no errno, when the disk has less than 1 MiB free), a damaged file
+    ``CorruptValueError``, any other failure ``StoreIOError``, each naming the
+    store (and key) with the backend's exception chained.
 
     Parameters
     ----------
@@ -67,7 +83,8 @@ class DBMStore(Store):
     exclusive lock on ``path + ".lock"`` while open, so a second writer
     process gets ``StoreLockedError``); ``supports_range_reads`` is False
     (values are read whole); ``supports_deletes`` is True; ``hierarchical`` is
-    False.  ``dbm.dumb`` never reclaims the space of deleted or grown values.
+    False.  ``dbm.dumb``: the space of deleted and replaced values is reused
+    by later values (once synced); the data file does not shrink.
 
     Examples
     --------
@@ -99,20 +116,27 @@ class DBMStore(Store):
         self._open_kwargs = open_kwargs
         self._lock = threading.RLock()
         self._owner: ThreadPoolExecutor | None = None
-        self._values_fd: int | None = None
+        self._files: DumbFiles | None = None
         self._check_existence(dbm.whichdb(self._path) is not None)
         # No flavour coordinates writer processes: a second one must fail
         # before flag "n" empties the database under the first.
         self._writer = writer_lock(self._path + ".lock", self, self._mode)
         try:
-            self._open_db(_FLAGS[self._mode])
+            with self._backend_errors("opening the database"):
+                self._open_db(_FLAGS[self._mode])
         except BaseException:
             self._release_writer()
             raise
 
     def _open_db(self, flag: str) -> None:
-        self._db = self._open(self._path, flag, **self._open_kwargs)
-        self._values_fd = _dumb_values_fd(self._db, writable=flag != "r")
+        try:
+            self._db = self._open(self._path, flag, **self._open_kwargs)
+        except (SyntaxError, ValueError) as error:  # dbm.dumb: a line of .dir is damaged
+            raise CorruptValueError(
+                f"{self!r}: the database's index is damaged ({error})"
+            ) from error
+        if is_dumb(self._db):
+            self._files = DumbFiles(self._db, writable=flag != "r")
         if _is_thread_bound(self._db):
             # dbm.sqlite3's connection works only in the thread that opened it:
             # reopen it in a thread of its own that runs every operation.
@@ -127,13 +151,28 @@ class DBMStore(Store):
             return function(*args, **kwargs)
         return self._owner.submit(function, *args, **kwargs).result()
 
+    @contextmanager
+    def _backend_errors(self, action: str, key: str | None = None) -> Iterator[None]:
+        """Turn the backend's exceptions into typed ones naming the store (and key)."""
+        try:
+            yield
+        except (KeyError, ZStoresError):
+            raise
+        except ShortValue as error:
+            raise CorruptValueError(
+                f"{self!r}: the value of {key!r} is damaged: {error}"
+            ) from error
+        except (OSError, sqlite3.Error) as error:
+            raise _typed_error(self, action if key is None else f"{action} {key!r}",
+                               error) from error
+
     # ------------------------------------------------------------ primitives
     def _get(self, key: str) -> bytes:
         raw = key.encode("utf-8")
-        with self._lock:
+        with self._lock, self._backend_errors("reading", key):
             try:
-                if self._values_fd is not None:
-                    return _dumb_read(self._db, self._values_fd, raw)
+                if self._files is not None:
+                    return self._files.read(raw)
                 if self._owner is None:
                     value = self._db[raw]
                 else:
@@ -146,21 +185,26 @@ class DBMStore(Store):
         if value.__class__ is not bytes:
             value = bytes(value)  # dbm.dumb takes only bytes and str
         raw = key.encode("utf-8")
-        with self._lock:
-            if self._values_fd is not None:
-                _dumb_write(self._db, self._values_fd, raw, value)
+        with self._lock, self._backend_errors("writing", key):
+            if self._files is not None:
+                self._files.write(raw, value)
             elif self._owner is None:  # the hot path: one plain assignment
                 self._db[raw] = value
             else:
                 self._run(_store, self._db, [(raw, value)], sync=False)
 
     def _delete(self, key: str) -> None:
-        with self._lock:
-            if not self._run(_remove, self._db, [key.encode("utf-8")], sync=False):
-                raise KeyError(key)
+        raw = key.encode("utf-8")
+        with self._lock, self._backend_errors("deleting", key):
+            if self._files is not None:
+                removed = self._files.delete([raw])
+            else:
+                removed = self._run(_remove, self._db, [raw], sync=False)
+        if not removed:
+            raise KeyError(key)
 
     def _list_prefix(self, prefix: str) -> Iterable[str]:
-        with self._lock:
+        with self._lock, self._backend_errors("listing keys"):
             raw_keys = self._run(_raw_keys, self._db)
         keys = (raw.decode("utf-8") for raw in raw_keys)
         if not prefix:
@@ -169,58 +213,72 @@ class DBMStore(Store):
 
     # ------------------------------------------------------------ fast paths
     def _contains(self, key: str) -> bool:
-        with self._lock:
+        with self._lock, self._backend_errors("looking up", key):
             return self._run(_has, self._db, key.encode("utf-8"))
 
     def _get_many(self, keys: list[str]) -> dict[str, bytes]:
-        with self._lock:
+        if self._files is not None:
+            return super()._get_many(keys)  # each read typed with its key
+        with self._lock, self._backend_errors("reading keys"):
             found = self._run(_lookup_many, self._db, [key.encode("utf-8") for key in keys])
         return {raw.decode("utf-8"): value for raw, value in found.items()}
 
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
         encoded = [(key.encode("utf-8"), bytes(value)) for key, value in items]
         with self._lock:
-            if self._values_fd is None:
-                self._run(_store, self._db, encoded, sync=True)
+            if self._files is None:
+                with self._backend_errors("writing keys"):
+                    self._run(_store, self._db, encoded, sync=True)
                 return
             for raw, value in encoded:
-                _dumb_write(self._db, self._values_fd, raw, value)
-            _sync(self._db)
+                with self._backend_errors("writing", raw.decode("utf-8")):
+                    self._files.write(raw, value)
+            with self._backend_errors("syncing"):
+                self._files.sync()
 
     def _delete_many(self, keys: list[str]) -> None:
-        with self._lock:
-            self._run(_remove, self._db, [key.encode("utf-8") for key in keys], sync=True)
+        raw_keys = [key.encode("utf-8") for key in keys]
+        with self._lock, self._backend_errors("deleting keys"):
+            if self._files is not None:
+                self._files.delete(raw_keys)
+            else:
+                self._run(_remove, self._db, raw_keys, sync=True)
 
     def _getsize_key(self, key: str) -> int:
-        if self._values_fd is not None:
+        if self._files is not None:
             with self._lock:
                 try:
-                    return int(self._db._index[key.encode("utf-8")][1])
+                    return int(self._files.index[key.encode("utf-8")][1])
                 except KeyError:
                     raise KeyError(key) from None
         return len(self._get(key))
 
     def _getsize_prefix(self, prefix: str) -> int:
-        with self._lock:
+        with self._lock, self._backend_errors("reading sizes"):
             keys = [key.encode("utf-8") for key in self._list_prefix(prefix)]
             return self._run(_total_size, self._db, keys)
 
     def _len(self) -> int:
-        with self._lock:
+        with self._lock, self._backend_errors("counting keys"):
             return self._run(len, self._db)
 
     def _clear(self) -> None:
-        with self._lock:
-            self._run(_remove, self._db, self._run(_raw_keys, self._db), sync=True)
+        with self._lock, self._backend_errors("deleting every key"):
+            raw_keys = self._run(_raw_keys, self._db)
+            if self._files is not None:
+                self._files.delete(raw_keys)
+            else:
+                self._run(_remove, self._db, raw_keys, sync=True)
 
     # ------------------------------------------------------------- lifecycle
     def _close(self) -> None:
         with self._lock:
-            if self._values_fd is not None:
-                os.close(self._values_fd)
-                self._values_fd = None
             try:
-                self._run(_close_db, self._db, sync=self._mode != "r")
+                with self._backend_errors("closing the database"):
+                    if self._files is not None:
+                        self._files.close()
+                    else:
+                        self._run(_close_db, self._db, sync=self._mode != "r")
             finally:
                 if self._owner is not None:
                     self._owner.shutdown()
@@ -283,8 +341,6 @@ def _store(db: Any, items: list[tuple[bytes, bytes]], *, sync: bool) -> None:
 
 def _remove(db: Any, raw_keys: list[bytes], *, sync: bool) -> int:
     """Delete the keys that exist; return how many did."""
-    if _is_dumb(db):
-        return _dumb_remove(db, raw_keys)
     removed = 0
     with _transaction(db):
         for raw in raw_keys:
@@ -338,92 +394,45 @@ def _transaction(db: Any) -> Iterator[None]:
     connection.execute("COMMIT")
 
 
-def _is_dumb(db: Any) -> bool:
-    return (
-        type(db).__module__ == "dbm.dumb"
-        and isinstance(getattr(db, "_index", None), dict)
-        and callable(getattr(db, "_commit", None))
-    )
+# SQLite's primary result codes (the low byte of an extended code).
+_SQLITE_FULL, _SQLITE_CORRUPT, _SQLITE_NOTADB = 13, 11, 26
+# Below this much free space, a failed write that gave no reason is a full disk.
+_NEARLY_FULL = 1 << 20
 
 
-def _dumb_values_fd(db: Any, *, writable: bool) -> int | None:
-    """A descriptor on a ``dbm.dumb`` database's data file, or None for other flavours.
+def _typed_error(store: DBMStore, action: str, error: BaseException) -> StoreIOError:
+    """The zstores error for a backend's failure: full disk, damaged file, or other I/O.
 
-    ``dbm.dumb`` opens and closes its data file for every read and write.
-    Doing what it does through a descriptor kept open (``pread`` at the
-    position its index ``_index`` gives; ``pwrite`` where it would write,
-    then its own ``_addkey``) makes gets of 64 KiB values about three times
-    and sets about a quarter faster.  The data file is never replaced while
-    the database is open, only written in place or appended to.
+    dbm.sqlite3 wraps SQLite's errors in its own (the original in
+    ``__context__``); dbm.ndbm says only "cannot add item" with no errno, so a
+    failure with less than 1 MiB free on the disk counts as a full disk.
     """
-    path = getattr(db, "_datfile", None)
-    if not (_is_dumb(db) and isinstance(path, (str, bytes))
-            and callable(getattr(db, "_addkey", None))):
-        return None
+    codes, errnos, text = set(), set(), []
+    seen: BaseException | None = error
+    while seen is not None and len(text) < 5:
+        code = getattr(seen, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            codes.add(code & 0xFF)
+        if isinstance(seen, OSError) and isinstance(seen.errno, int):
+            errnos.add(seen.errno)
+        text.append(str(seen).lower())
+        seen = seen.__cause__ or seen.__context__
+    message = " ".join(text)
+    where = f"{store!r}: {action} failed: {error}"
+    if (_SQLITE_FULL in codes or errnos & {errno.ENOSPC, errno.EDQUOT}
+            or "disk is full" in message or "no space left" in message):
+        return StoreFullError(f"{where} (the disk is full: delete keys or free space)")
+    if codes & {_SQLITE_CORRUPT, _SQLITE_NOTADB} or "malformed" in message \
+            or "not a database" in message:
+        return CorruptValueError(f"{where} (the database file is damaged)")
+    if not errnos and _nearly_full(store._path):
+        return StoreFullError(f"{where} (the disk has less than 1 MiB free)")
+    return StoreIOError(next(iter(errnos), errno.EIO), where)
+
+
+def _nearly_full(path: str) -> bool:
     try:
-        return os.open(path, (os.O_RDWR if writable else os.O_RDONLY)
-                       | getattr(os, "O_CLOEXEC", 0))
+        info = os.statvfs(os.path.dirname(path) or ".")
     except OSError:
-        return None
-
-
-def _dumb_read(db: Any, fd: int, raw: bytes) -> bytes:
-    position, size = db._index[raw]  # KeyError: not a key
-    value = os.pread(fd, size, position)
-    if len(value) != size:  # not what dbm.dumb itself would read: let it say why
-        return bytes(db[raw])
-    return value
-
-
-# dbm.dumb aligns every value it appends to this many bytes.
-_DUMB_BLOCK = 512
-
-
-def _dumb_write(db: Any, fd: int, raw: bytes, value: bytes) -> None:
-    """``db[raw] = value`` for ``dbm.dumb``, as its ``__setitem__`` does it.
-
-    A value that fits the blocks of the old one is written in place, any
-    other is appended at the next block boundary; a new key's index line is
-    appended by ``_addkey`` after its data are written (dbm.dumb's order).
-    """
-    index = db._index
-    old = index.get(raw)
-    size = len(value)
-    if old is not None and -(-size // _DUMB_BLOCK) <= -(-old[1] // _DUMB_BLOCK):
-        position = old[0]
-    else:
-        end = os.lseek(fd, 0, os.SEEK_END)
-        position = -(-end // _DUMB_BLOCK) * _DUMB_BLOCK
-        if position > end:
-            _pwrite_all(fd, bytes(position - end), end)
-    _pwrite_all(fd, value, position)
-    db._modified = True
-    if old is None:
-        db._addkey(raw, (position, size))
-    else:
-        index[raw] = (position, size)
-
-
-def _pwrite_all(fd: int, data: bytes, position: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, position)
-        view, position = view[written:], position + written
-
-
-def _dumb_remove(db: Any, raw_keys: list[bytes]) -> int:
-    """Delete keys from a ``dbm.dumb`` database, rewriting its index once.
-
-    ``dbm.dumb`` rewrites its whole index file on every single delete, which
-    makes deleting n of n keys O(n**2) (hours for 100,000 keys).  It keeps
-    the index in ``_index`` and writes it with ``_commit()``; doing what its
-    ``__delitem__`` does for all keys and committing once is O(n).
-    """
-    removed = 0
-    for raw in raw_keys:
-        if db._index.pop(raw, None) is not None:
-            removed += 1
-    if removed:
-        db._modified = True
-        db._commit()
-    return removed
+        return False
+    return info.f_bavail * info.f_frsize < _NEARLY_FULL

@@ -1,0 +1,360 @@
+"""The files of a ``dbm.dumb`` database, written so that no failure or crash damages them.
+
+``dbm.dumb`` keeps values in ``NAME.dat`` (each at a 512-byte boundary) and an
+index in ``NAME.dir``: one line ``'key', (position, size)`` per write, a later
+line for the same key overriding an earlier one, as ``dbm.dumb`` reads them.
+``dbm.dumb`` itself overwrites values in place, appends half an index line
+when the disk fills up, and rewrites ``.dir`` by renaming it to ``.bak`` and
+writing a new one (nothing readable in between), so a full disk or a crash
+can leave a database it cannot open.  ``DumbFiles`` writes the same files
+with these rules:
+
+- a value is written to space no index line refers to (a gap left by a
+  deleted or replaced value, or the end of ``.dat``), then its index line is
+  appended to ``.dir``; a failed write truncates what it added, so the old
+  value stays and ``.dir`` never holds half a line;
+- deletes rewrite ``.dir`` to a temporary file, synced, then moved over it
+  (``os.replace``; the old index becomes ``.bak``, as with ``dbm.dumb``);
+- ``.dat`` keeps free bytes at its end (the *reserve*, at least the size of
+  ``.dir``) which nothing refers to: when the disk is full, the reserve is
+  given back to make room for the new index, so deleting keys always works;
+- space is reused only once no index on disk refers to it (after a sync).
+
+At every moment, ``dbm.dumb.open`` reads the files as the state before or
+after the operation under way.  The module uses ``dbm.dumb``'s own object
+for opening, listing and its in-memory index (``_index``), and never lets it
+write (``_modified`` stays False).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from typing import Any
+
+__all__ = ["DumbFiles", "is_dumb"]
+
+#: dbm.dumb aligns every value to this many bytes.
+BLOCK = 512
+# The reserve: free bytes kept at the end of .dat, given back on a full disk
+# to write a new index; always at least .dir's size plus this margin.
+_RESERVE_MARGIN = 8 * 1024
+
+
+def is_dumb(db: Any) -> bool:
+    """Whether ``db`` is a ``dbm.dumb`` database with the internals used here.
+
+    Examples
+    --------
+    >>> import dbm.dumb, os, tempfile
+    >>> with dbm.dumb.open(os.path.join(tempfile.mkdtemp(), "db"), "c") as db:
+    ...     is_dumb(db)
+    True
+    """
+    return (
+        type(db).__module__ == "dbm.dumb"
+        and isinstance(getattr(db, "_index", None), dict)
+        and all(isinstance(getattr(db, name, None), (str, bytes))
+                for name in ("_datfile", "_dirfile", "_bakfile"))
+    )
+
+
+def _aligned(position: int) -> int:
+    return -(-position // BLOCK) * BLOCK
+
+
+class DumbFiles:
+    """Reads and writes of one open ``dbm.dumb`` database, through kept descriptors.
+
+    Raises ``OSError`` from the system calls (the caller types them) and
+    ``ShortValue`` when ``.dat`` ends inside a value.
+
+    Parameters
+    ----------
+    db : dbm.dumb database
+        As opened by ``dbm.dumb.open``; the object keeps its index.
+    writable : bool
+        Whether writes will be made (the database was not opened with ``"r"``).
+
+    Examples
+    --------
+    >>> import dbm.dumb, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "db")
+    >>> db = dbm.dumb.open(path, "c")
+    >>> files = DumbFiles(db, writable=True)
+    >>> files.write(b"k", b"value")
+    >>> files.write(b"k", b"new value")
+    >>> files.delete([b"k", b"missing"])
+    1
+    >>> files.write(b"j", b"v")
+    >>> files.close()
+    >>> with dbm.dumb.open(path, "r") as again:
+    ...     dict(again)
+    {b'j': b'v'}
+    """
+
+    def __init__(self, db: Any, *, writable: bool) -> None:
+        self.db = db
+        self.index: dict[bytes, tuple[int, int]] = db._index
+        self._dat_path = os.fsdecode(db._datfile)
+        self._dir_path = os.fsdecode(db._dirfile)
+        self._bak_path = os.fsdecode(db._bakfile)
+        self._writable = writable
+        cloexec = getattr(os, "O_CLOEXEC", 0)
+        self._dat = os.open(self._dat_path, (os.O_RDWR if writable else os.O_RDONLY) | cloexec)
+        self._dir: int | None = None
+        self._free: list[list[int]] | None = None  # gaps in .dat no index refers to
+        self._pending: list[tuple[int, int]] = []  # freed, reusable after the next sync
+        self._lines = 0  # lines in .dir, to know when rewriting it is worth it
+        if not writable:
+            return
+        try:
+            dat_size = os.fstat(self._dat).st_size
+            self._end = max((end for _, end in _regions(self.index.values())), default=0)
+            self._reserve_end = max(dat_size, self._end)
+            if db._modified or not os.path.exists(self._dir_path):
+                self.commit()  # a new database: an empty .dir, written safely
+            else:
+                self._open_dir()
+                self._lines = len(self.index)
+        except BaseException:
+            self.close_files()
+            raise
+        db._modified = False
+
+    # -------------------------------------------------------------- reading
+    def read(self, raw: bytes) -> bytes:
+        """The value of ``raw``; KeyError if missing, ShortValue if ``.dat`` is cut."""
+        position, size = self.index[raw]
+        value = os.pread(self._dat, size, position)
+        while len(value) < size:
+            more = os.pread(self._dat, size - len(value), position + len(value))
+            if not more:
+                raise ShortValue(f".dat ends {size - len(value)} bytes inside the value")
+            value += more
+        return value
+
+    # -------------------------------------------------------------- writing
+    def write(self, raw: bytes, value: bytes) -> None:
+        """``db[raw] = value``: the value into free space, then its index line."""
+        size = len(value)
+        position, appended = self._allocate(size)
+        end = position + size
+        # The reserve grows with .dir; a write that cannot keep it fails here.
+        self._ensure(max(self._end, _aligned(end)) + self._reserve_needed())
+        try:
+            _pwrite_all(self._dat, value, position)
+            self._append_line(raw, position, size)
+        except BaseException:
+            if not appended:
+                self._free.append([position, _aligned(end)])  # type: ignore[union-attr]
+            raise
+        if appended:
+            self._end = _aligned(end)
+        old = self.index.get(raw)
+        self.index[raw] = (position, size)
+        if old is not None:
+            self._pending.extend(_regions([old]))
+
+    def delete(self, raws: list[bytes]) -> int:
+        """Delete the keys that exist with one new index; return how many did."""
+        removed = {raw: self.index.pop(raw) for raw in raws if raw in self.index}
+        if not removed:
+            return 0
+        try:
+            self.commit()
+        except BaseException:
+            self.index.update(removed)
+            raise
+        self._free_now(_regions(removed.values()))
+        return len(removed)
+
+    def commit(self) -> None:
+        """Write the whole index anew: a temporary file, synced, moved over ``.dir``."""
+        lines = b"".join(_line(raw, pos_size) for raw, pos_size in self.index.items())
+        folder, name = os.path.split(self._dir_path)
+        _remove(self._bak_path)  # the backup of the index before last: room first
+        try:
+            temp = self._write_temporary(folder, name, lines)
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self._give_back_reserve()  # the disk is full: make the room kept for this
+            temp = self._write_temporary(folder, name, lines)
+        try:
+            if os.path.exists(self._dir_path):
+                os.link(self._dir_path, self._bak_path)  # dbm.dumb's backup of the old index
+        except OSError:
+            pass  # the backup is a courtesy; the old index stays until the replace
+        os.replace(temp, self._dir_path)
+        _sync_folder(folder)
+        self._open_dir()
+        self._lines = len(self.index)
+        self._pending, pending = [], self._pending
+        self._free_now(pending)
+        try:
+            self._ensure(self._end + self._reserve_needed())
+        except OSError:
+            pass  # rebuilt by the next write, which fails if it cannot
+
+    def sync(self) -> None:
+        """Make every write durable; space freed so far becomes reusable."""
+        if not self._writable:
+            return
+        os.fsync(self._dat)
+        if self._dir is not None:
+            os.fsync(self._dir)
+        if self._lines > 2 * len(self.index) + 1000:
+            self.commit()  # mostly superseded lines: shorten the index
+        self._pending, pending = [], self._pending
+        self._free_now(pending)
+
+    def close(self) -> None:
+        """Sync (writable), close the descriptors and dbm.dumb's object (which writes nothing)."""
+        try:
+            if self._writable:
+                self.sync()
+        finally:
+            self.close_files()
+
+    def close_files(self) -> None:
+        """Close the descriptors and the dbm.dumb object without syncing."""
+        for fd in (self._dat, self._dir):
+            if fd is not None:
+                os.close(fd)
+        self._dat = self._dir = None  # type: ignore[assignment]
+        self.db._modified = False  # dbm.dumb must not rewrite .dir behind us
+        self.db.close()
+
+    # -------------------------------------------------------------- space
+    def _allocate(self, size: int) -> tuple[int, bool]:
+        """A block-aligned position for ``size`` bytes: a free gap, or the end."""
+        if size:
+            for gap in self._find_free():
+                if gap[1] - gap[0] >= size:
+                    position = gap[0]
+                    gap[0] = min(_aligned(position + size), gap[1])
+                    return position, False
+        return self._end, True
+
+    def _find_free(self) -> list[list[int]]:
+        if self._free is None:
+            # Space freed since the last sync still has index lines on disk.
+            used = sorted([*_regions(self.index.values()), *self._pending])
+            free, previous_end = [], 0
+            for start, end in [*used, (self._end, self._end)]:
+                if start > previous_end:
+                    free.append([previous_end, start])
+                previous_end = max(previous_end, end)
+            self._free = free
+        return self._free
+
+    def _free_now(self, regions: Any) -> None:
+        if self._free is None:
+            return  # found from the index when first needed
+        self._free.extend([start, end] for start, end in regions)
+
+    def _reserve_needed(self) -> int:
+        dir_size = os.fstat(self._dir).st_size if self._dir is not None else 0
+        return 2 * dir_size + _RESERVE_MARGIN
+
+    def _ensure(self, size: int) -> None:
+        """Make ``.dat`` at least ``size`` bytes, its new blocks allocated (ENOSPC if not)."""
+        if size <= self._reserve_end:
+            return
+        old = self._reserve_end
+        size += _RESERVE_MARGIN  # some headroom: not one fallocate per index line
+        try:
+            try:
+                os.posix_fallocate(self._dat, old, size - old)
+            except OSError as error:
+                if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+                _pwrite_all(self._dat, bytes(size - old), old)  # no fallocate: zeros
+        except BaseException:
+            try:
+                os.ftruncate(self._dat, old)
+            except OSError:
+                pass
+            raise
+        self._reserve_end = size
+
+    def _give_back_reserve(self) -> None:
+        os.ftruncate(self._dat, self._end)
+        self._reserve_end = self._end
+
+    # -------------------------------------------------------------- .dir
+    def _open_dir(self) -> None:
+        if self._dir is not None:
+            os.close(self._dir)
+        self._dir = os.open(self._dir_path, os.O_WRONLY | os.O_APPEND
+                            | getattr(os, "O_CLOEXEC", 0))
+
+    def _append_line(self, raw: bytes, position: int, size: int) -> None:
+        line = _line(raw, (position, size))
+        before = os.fstat(self._dir).st_size  # type: ignore[arg-type]
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self._dir, view):]  # type: ignore[arg-type]
+        except BaseException:
+            os.ftruncate(self._dir, before)  # type: ignore[arg-type]  # never half a line
+            raise
+        self._lines += 1
+
+    def _write_temporary(self, folder: str, name: str, lines: bytes) -> str:
+        fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+        try:
+            _pwrite_all(fd, lines, 0)
+            os.fsync(fd)
+            mode = os.stat(self._dat_path).st_mode & 0o777  # as dbm.dumb's _chmod
+            os.fchmod(fd, mode)
+        except BaseException:
+            os.close(fd)
+            _remove(temp)
+            raise
+        os.close(fd)
+        return temp
+
+
+class ShortValue(Exception):
+    """``.dat`` ends before a value its index names: the file was cut or damaged."""
+
+
+def _regions(pos_sizes: Any) -> list[tuple[int, int]]:
+    """The block-aligned extents of ``(position, size)`` values (empty ones take none)."""
+    return [(pos, _aligned(pos + size)) for pos, size in pos_sizes if size]
+
+
+def _line(raw: bytes, pos_size: tuple[int, int]) -> bytes:
+    # dbm.dumb's own line: the key decoded as Latin-1, repr'd; the same encoding back.
+    return ("%r, %r\n" % (raw.decode("Latin-1"), pos_size)).encode("Latin-1")
+
+
+def _pwrite_all(fd: int, data: bytes, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view, position = view[written:], position + written
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _sync_folder(folder: str) -> None:
+    """Make a rename durable (where the system lets a folder be synced)."""
+    try:
+        fd = os.open(folder or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
