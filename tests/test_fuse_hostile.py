@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -319,6 +320,9 @@ def test_full_disk_through_a_mount_is_enospc_and_loses_nothing(
             f"at {report['step']}: {report['message']}\n{daemon_log[-2000:]}"
         )
         assert report["step"] == "close", report  # the value is committed at flush (close)
+        assert re.search(r"WARNING flush /k/\d+ \(open file\) failed: ", daemon_log), (
+            f"the daemon's log does not name the file that did not fit:\n{daemon_log[-2000:]}"
+        )
         assert len(acknowledged) > 10, "hardly anything was written before the disk was full"
 
         # Every file whose close succeeded reads back intact through the mount;

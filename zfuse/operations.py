@@ -208,15 +208,20 @@ def _operation(method: Callable[..., Any]) -> Callable[..., Any]:
             if code not in (errno.ENOENT, errno.EINVAL):
                 # EIO says nothing to the user: the log line is where the cause is.
                 level = logging.ERROR if code == errno.EIO else logging.WARNING
-                log.log(level, "%s %s failed: %s: %s", name, _path_arg(args),
+                log.log(level, "%s %s failed: %s: %s", name, _path_arg(self, args),
                         type(error).__name__, error)
             raise FuseOSError(code) from None
 
     return wrapper
 
 
-def _path_arg(args: tuple[Any, ...]) -> str:
-    return args[0] if args and isinstance(args[0], str) else "(open file)"
+def _path_arg(ops: StoreOperations, args: tuple[Any, ...]) -> str:
+    """The path an operation's log line names: the open file's key for handle operations."""
+    if args and isinstance(args[0], str):
+        return args[0]
+    fi = args[-1] if args else None
+    handle = ops._handles.get(getattr(fi, "fh", None)) if fi is not None else None
+    return f"/{handle.file.key} (open file)" if handle is not None else "(open file)"
 
 
 def _fail(code: int) -> FuseOSError:
