@@ -170,19 +170,24 @@ def test_write_goes_through_a_fixed_length_temp_file_in_the_same_folder(
     cls, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = cls(root)
-    replaced: list[tuple[str, str]] = []
-    real_replace = os.replace
+    renamed: list[tuple[str, str, tuple[int, int], tuple[int, int]]] = []
+    real_rename = os.rename
 
-    def spy(src, dst):
-        replaced.append((os.fspath(src), os.fspath(dst)))
-        return real_replace(src, dst)
+    def identity(fd: int) -> tuple[int, int]:
+        info = os.fstat(fd)
+        return info.st_dev, info.st_ino
 
-    monkeypatch.setattr(os, "replace", spy)
+    def spy(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+        renamed.append((src, dst, identity(src_dir_fd), identity(dst_dir_fd)))
+        return real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    monkeypatch.setattr(os, "rename", spy)
     long_name = "n" * 255
     store[f"deep/folder/{long_name}"] = b"v"
-    (src, dst), = replaced
-    assert os.path.dirname(src) == os.path.dirname(dst) == str(root / "deep/folder")
-    assert TEMP_NAME.fullmatch(os.path.basename(src))
+    (src, dst, src_folder, dst_folder), = renamed
+    folder = os.stat(root / "deep/folder")
+    assert src_folder == dst_folder == (folder.st_dev, folder.st_ino)
+    assert TEMP_NAME.fullmatch(src) and dst == long_name
     assert store[f"deep/folder/{long_name}"] == b"v"
 
 
@@ -319,33 +324,45 @@ def test_write_retries_when_a_prune_removes_its_folder(
     cls, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The worst interleavings of the race above, made deterministic: a
-    # concurrent delete prunes the folder right after the writer created it,
-    # and a concurrent clear removes the temporary file before its rename.
+    # concurrent delete prunes a folder right after the writer created it, or
+    # after the writer opened it, and a concurrent clear removes the
+    # temporary file before its rename.
     store = cls(root)
-    real_makedirs, real_replace = os.makedirs, os.replace
-    pruned, cleared = [], []
+    real_mkdir, real_open, real_rename = os.mkdir, os.open, os.rename
+    pruned, emptied, cleared = [], [], []
 
-    def makedirs_then_pruned(path, *args, **kwargs):
-        real_makedirs(path, *args, **kwargs)
+    def mkdir_then_pruned(path, mode=0o777, *, dir_fd=None):
+        real_mkdir(path, mode, dir_fd=dir_fd)
         if not pruned:
             pruned.append(path)
-            os.rmdir(path)  # p/q, then p: empty, as a pruner finds them
-            os.rmdir(os.path.dirname(path))
+            os.rmdir(path, dir_fd=dir_fd)
 
-    def replace_after_clear(src, dst):
+    def open_temp_after_prune(path, flags, mode=0o777, *, dir_fd=None):
+        if directory.TEMP_PREFIX in str(path) and not emptied:
+            emptied.append(path)
+            os.rmdir(root / "p" / "q")  # the writer holds q open; q and p go
+            os.rmdir(root / "p")
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    def rename_after_clear(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
         if not cleared:
             cleared.append(src)
-            os.unlink(src)
-        return real_replace(src, dst)
+            os.unlink(src, dir_fd=src_dir_fd)
+        return real_rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
-    monkeypatch.setattr(os, "makedirs", makedirs_then_pruned)
+    monkeypatch.setattr(os, "mkdir", mkdir_then_pruned)
     store["p/q/k"] = b"1"
     assert pruned and store["p/q/k"] == b"1"
-    monkeypatch.setattr(os, "replace", replace_after_clear)
+    del store["p/q/k"]
+    monkeypatch.setattr(os, "open", open_temp_after_prune)
     store["p/q/k"] = b"2"
-    assert cleared and store["p/q/k"] == b"2"
+    assert emptied and store["p/q/k"] == b"2"
+    monkeypatch.setattr(os, "rename", rename_after_clear)
+    store["p/q/k"] = b"3"
+    assert cleared and store["p/q/k"] == b"3"
     monkeypatch.undo()
     assert [name for name in disk_tree(root) if TEMP_NAME.search(name)] == []
+    assert disk_tree(root) == ["p", "p/q", "p/q/k"]
 
 
 # ---------------------------------------------------------------- conflicts

@@ -1,21 +1,33 @@
 """DirectoryStore and NestedDirectoryStore: one file per key under a folder.
 
 The layout is zarr-python 2's: key ``a/b/c`` is the file ``<root>/a/b/c``, so
-either library reads the other's folders.  Three rules keep the folder a
+either library reads the other's folders.  Four rules keep the folder a
 faithful key/value mapping:
 
 * Writes are atomic.  A value is written to a temporary file in the key's own
-  folder and moved into place with ``os.replace``; a reader sees the old or the
+  folder and moved into place with ``rename``; a reader sees the old or the
   new value, and a crash leaves at worst a temporary file.  Temporary files are
   named ``.zstores-tmp.<32 hex digits>`` (a fixed length, so a long key never
   makes its temporary name overflow ``NAME_MAX``); that name is reserved, and
-  every listing skips it.
+  every listing skips it.  A write that finds the disk full removes its
+  temporary file and raises ``StoreFullError``; the old value stays.
 * A key is a file and a prefix is a folder, so no key is also a prefix
   (``hierarchical = True``): the conflict is refused, never resolved by
   deleting data as zarr-python 2 did.
 * A folder exists only while it holds a key.  Deleting, moving or removing the
   last key of a folder removes the emptied folders up to the root; listings
   treat a folder holding no key (left by another tool, or by a crash) as absent.
+* Nothing below the root follows a symbolic link.  The root is opened once
+  (it may itself be a link: the user chose it) and every path below it is
+  resolved one folder at a time from that descriptor with ``O_NOFOLLOW``
+  (``openat``, ``mkdirat``, ``renameat``, ``unlinkat``, ``fstatat``), so a link
+  planted in the store, even one swapped in while a call runs, can never make
+  a read, write or delete reach a file outside it.  Reaching a key through a
+  link raises ``UnsafePathError``; listings skip links; removing a folder
+  (``rmdir``, ``clear``, mode ``"w"``) unlinks the links in it, never what
+  they point to.
+
+The descriptor-relative calls need a POSIX system (Linux, macOS, the BSDs).
 """
 
 from __future__ import annotations
@@ -23,14 +35,22 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
 import stat
-import uuid
+import threading
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..base import Buffer, Mode, Store
-from ..errors import InvalidKeyError, KeyConflictError, StoreExistsError, StoreNotFoundError
+from ..errors import (
+    InvalidKeyError,
+    KeyConflictError,
+    StoreExistsError,
+    StoreFullError,
+    StoreNotFoundError,
+    UnsafePathError,
+    ZStoresError,
+)
 from ..keys import is_chunk_key_segment
 
 __all__ = ["NAME_MAX", "TEMP_PREFIX", "DirectoryStore", "NestedDirectoryStore"]
@@ -44,31 +64,97 @@ _TEMP_NAME = re.compile(r"\.zstores-tmp\.[0-9a-f]{32}")
 # A concurrent prune can remove a folder between our creating it and writing
 # into it; each retry makes progress unless another thread keeps emptying it.
 _RETRIES = 100
-_O_BINARY = getattr(os, "O_BINARY", 0)  # Windows: no newline translation
 _LONGEST_SAFE_SEGMENT = NAME_MAX // 4  # a UTF-8 character takes at most 4 bytes
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+# A folder opened only to reach what lies below it.  O_PATH (Linux) skips the
+# read-permission check and file setup: a cheaper open, usable as a dir_fd.
+_WALK = (getattr(os, "O_PATH", 0) or os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+# A folder opened to read its entries (scandir) or to fsync it.
+_LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+# A value opened for reading.  O_NONBLOCK: a FIFO planted in the store must
+# not hang the reader (it is then refused as not a regular file).
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+# A new temporary file: O_EXCL never follows a link either.
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+# Errors that mean "no room left" on a local file system.
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+# openat(O_DIRECTORY | O_NOFOLLOW) answers ENOTDIR for a link on Linux, ELOOP
+# on some other systems: either way, look at what the name is before deciding.
+_NOT_A_FOLDER = frozenset({errno.ENOTDIR, errno.ELOOP})
+
+
+class _FileInTheWay(KeyError):
+    """A folder on a key's path is a file (a key): the key cannot exist below it."""
+
+    def __init__(self, key: str, path: str) -> None:
+        super().__init__(key)
+        self.path = path
 
 
 def _is_temp(name: str) -> bool:
     return name.startswith(TEMP_PREFIX) and _TEMP_NAME.fullmatch(name) is not None
 
 
-def _scandir(folder: str) -> Iterator[os.DirEntry[str]]:
-    """The entries of ``folder``, lazily; none if it is missing or not a folder."""
+def _is_utf8(name: str) -> bool:
+    """False for a folder entry whose name is not valid UTF-8.
+
+    ``scandir`` decodes such bytes to lone surrogates (``surrogateescape``);
+    a key must be valid Unicode, so these entries can never be keys.
+    """
+    if name.isascii():
+        return True
     try:
-        entries = os.scandir(folder)
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _split(path: str) -> tuple[list[str], str]:
+    """``"a/b/c"`` -> ``(["a", "b"], "c")``: the folders of a path and its last name."""
+    folder, _, name = path.rpartition("/")
+    return (folder.split("/") if folder else []), name
+
+
+def _lstat_mode(name: str, parent: int) -> int | None:
+    """The ``st_mode`` of ``name`` in folder ``parent`` (links not followed); None if absent."""
+    try:
+        return os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
     except (FileNotFoundError, NotADirectoryError):
-        return
+        return None
+
+
+def _open_folder_at(parent: int, name: str, flags: int = _LIST) -> int | None:
+    """Open sub-folder ``name`` of ``parent`` without following a link; None if it is not one."""
+    try:
+        return os.open(name, flags, dir_fd=parent)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     except OSError as error:
-        if error.errno == errno.ENAMETOOLONG:
-            return
+        if error.errno in _NOT_A_FOLDER or error.errno == errno.ENAMETOOLONG:
+            return None
         raise
-    with entries:
-        yield from entries
+
+
+def _entries(folder: int) -> Iterator[os.DirEntry[str]]:
+    """The entries of the folder open as ``folder``, lazily.
+
+    ``scandir`` reads through a duplicate of the descriptor it is given, and
+    duplicates share their read position: it gets a descriptor of its own, so
+    that threads (or forked processes) listing the same folder never share one.
+    That descriptor stays open while the entries are used: on a file system
+    without entry types, ``DirEntry.is_dir`` looks the name up through it.
+    """
+    own = os.open(".", _LIST, dir_fd=folder)
+    try:
+        with os.scandir(own) as found:
+            yield from found
+    finally:
+        os.close(own)
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:
-    # Symbolic links to folders are not followed, as zarr-python 2's os.walk
-    # does not: a link cycle cannot make a listing endless.
     try:
         return entry.is_dir(follow_symlinks=False)
     except OSError:
@@ -79,58 +165,69 @@ def _is_key_file(entry: os.DirEntry[str]) -> bool:
     if _is_temp(entry.name):
         return False
     try:
-        return entry.is_file()
+        return entry.is_file(follow_symlinks=False)
     except OSError:
         return False
 
 
-def _first_key(folder: str) -> str | None:
-    """The path (below ``folder``, ``/``-separated) of some key file under it.
+def _first_key(folder: int) -> str | None:
+    """The path (``/``-separated, below ``folder``) of some key file under it.
 
     Looks at a folder's files before its sub-folders and stops at the first
     key, so a folder of chunks costs one ``scandir``.
     """
-    pending = [(folder, "")]
-    while pending:
-        current, relative = pending.pop()
-        subfolders = []
-        for entry in _scandir(current):
-            if _is_folder(entry):
-                subfolders.append((entry.path, relative + entry.name + "/"))
-            elif _is_key_file(entry):
-                return relative + entry.name
-        pending.extend(subfolders)
+    subfolders = []
+    for entry in _entries(folder):
+        if not _is_utf8(entry.name):
+            continue
+        if _is_folder(entry):
+            subfolders.append(entry.name)
+        elif _is_key_file(entry):
+            return entry.name
+    for name in subfolders:
+        child = _open_folder_at(folder, name)
+        if child is None:
+            continue  # removed, or swapped for a link, since the scan
+        try:
+            below = _first_key(child)
+        finally:
+            os.close(child)
+        if below is not None:
+            return f"{name}/{below}"
     return None
 
 
-def _has_keys(folder: str) -> bool:
-    return _first_key(folder) is not None
-
-
-def _unlink_quietly(path: str) -> None:
+def _unlink_quietly(name: str, parent: int) -> None:
     try:
-        os.unlink(path)
+        os.unlink(name, dir_fd=parent)
     except FileNotFoundError:
         pass
 
 
-def _remove_keyless_tree(folder: str) -> bool:
-    """Remove ``folder`` if it holds no key (only temporary files and folders).
+def _remove_keyless_tree(parent: int, name: str) -> bool:
+    """Remove folder ``name`` of ``parent`` if it holds no key (only temporary files and folders).
 
     Returns True when the folder is gone.  A concurrent writer whose temporary
     file is removed sees its rename fail and writes again, so this never loses
-    a value; ``os.rmdir`` refuses if a key appeared meanwhile.
+    a value; ``rmdir`` refuses if a key appeared meanwhile.  A link inside
+    counts as content: the folder stays.
     """
-    for entry in list(_scandir(folder)):
-        if _is_folder(entry):
-            if not _remove_keyless_tree(entry.path):
-                return False
-        elif _is_temp(entry.name):
-            _unlink_quietly(entry.path)
-        else:
-            return False
+    folder = _open_folder_at(parent, name)
+    if folder is None:
+        return _lstat_mode(name, parent) is None
     try:
-        os.rmdir(folder)
+        for entry in _entries(folder):
+            if _is_folder(entry):
+                if not _remove_keyless_tree(folder, entry.name):
+                    return False
+            elif _is_temp(entry.name):
+                _unlink_quietly(entry.name, folder)
+            else:
+                return False
+    finally:
+        os.close(folder)
+    try:
+        os.rmdir(name, dir_fd=parent)
     except FileNotFoundError:
         pass
     except OSError:
@@ -138,22 +235,42 @@ def _remove_keyless_tree(folder: str) -> bool:
     return True
 
 
-def _remove_tree(folder: str) -> None:
-    """Remove ``folder`` and everything in it, tolerating concurrent changes."""
+def _empty_folder(folder: int) -> None:
+    """Remove everything in the open ``folder``; links are unlinked, never followed."""
+    for entry in _entries(folder):
+        if _is_folder(entry):
+            _remove_tree(folder, entry.name)
+        else:
+            _unlink_quietly(entry.name, folder)
+
+
+def _remove_tree(parent: int, name: str) -> None:
+    """Remove folder ``name`` of ``parent`` and everything in it, tolerating concurrent changes.
+
+    A link in its place is unlinked (the link, not what it points to); a file
+    is left alone.
+    """
     for attempt in range(_RETRIES):
-        try:
-            if not stat.S_ISDIR(os.lstat(folder).st_mode):
-                return
-        except (FileNotFoundError, NotADirectoryError):
+        folder = _open_folder_at(parent, name)
+        if folder is None:
+            mode = _lstat_mode(name, parent)
+            if mode is not None and stat.S_ISLNK(mode):
+                _unlink_quietly(name, parent)
+            elif mode is not None and stat.S_ISDIR(mode):
+                continue  # a link was swapped back for a folder meanwhile
             return
         try:
-            shutil.rmtree(folder)
+            _empty_folder(folder)
+        finally:
+            os.close(folder)
+        try:
+            os.rmdir(name, dir_fd=parent)
             return
         except FileNotFoundError:
-            continue  # something inside vanished mid-walk: look again
+            return
         except OSError as error:
-            # A writer added a file after rmtree had emptied that folder.
-            if error.errno != errno.ENOTEMPTY or attempt == _RETRIES - 1:
+            # A writer added a file after we had emptied that folder.
+            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST) or attempt == _RETRIES - 1:
                 raise
 
 
@@ -172,21 +289,14 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(parts)
 
 
-def _pread(fd: int, size: int, offset: int) -> bytes:
-    if hasattr(os, "pread"):
-        return os.pread(fd, size, offset)
-    os.lseek(fd, offset, os.SEEK_SET)  # Windows; the descriptor is never shared
-    return os.read(fd, size)
-
-
 def _pread_all(fd: int, size: int, offset: int) -> bytes:
-    data = _pread(fd, size, offset)
+    data = os.pread(fd, size, offset)
     if len(data) == size:
         return data
     parts = [data]
     got = len(data)
     while got < size:  # one pread returns at most ~2 GiB on Linux
-        part = _pread(fd, size - got, offset + got)
+        part = os.pread(fd, size - got, offset + got)
         if not part:
             break
         parts.append(part)
@@ -201,6 +311,20 @@ def _write_all(fd: int, value: Buffer) -> None:
         written += os.write(fd, view[written:])
 
 
+def _fsync_folder(folder: int) -> None:
+    own = os.open(".", _LIST, dir_fd=folder)  # an O_PATH descriptor cannot fsync
+    try:
+        os.fsync(own)
+    finally:
+        os.close(own)
+
+
+def _release(chain: list[int]) -> None:
+    """Close the folder descriptors of a chain but its first (the store's root)."""
+    for fd in chain[1:]:
+        os.close(fd)
+
+
 class DirectoryStore(Store):
     """Keys as files in a folder tree: key ``a/b/c`` is the file ``<path>/a/b/c``.
 
@@ -208,12 +332,13 @@ class DirectoryStore(Store):
     reads the other's folders.  Differences: a key that is also a prefix is
     refused (``KeyConflictError``) instead of deleting the folder in the way;
     deleting a key prunes the folders it leaves empty; temporary files use a
-    reserved name and never show up as keys.
+    reserved name and never show up as keys; symbolic links below the root
+    are never followed.
 
-    Writes go to a temporary file in the key's folder, then ``os.replace``
-    moves it over the key, so readers (threads or processes) see either the
-    old or the new value and a crash leaves no partial value.  By default the
-    file is not fsync-ed, as zarr-python 2 did not: after a power loss a value
+    Writes go to a temporary file in the key's folder, then ``rename`` moves
+    it over the key, so readers (threads or processes) see either the old or
+    the new value and a crash leaves no partial value.  By default the file
+    is not fsync-ed, as zarr-python 2 did not: after a power loss a value
     written just before may be lost (old value or empty), but never mixed.
     ``fsync=True`` makes each write durable at a large cost per key.
 
@@ -221,7 +346,8 @@ class DirectoryStore(Store):
     ----------
     path : str or os.PathLike
         The root folder.  Stored as an absolute path; it is also what a pickled
-        store reopens.
+        store reopens.  It may be a symbolic link (followed once, when the
+        store opens it).
     normalize_keys : bool
         Lower-case every key (and every path given to ``listdir``, ``rmdir``,
         ``getsize``), as zarr-python 2's option did, for case-insensitive file
@@ -236,6 +362,17 @@ class DirectoryStore(Store):
         empty folder, or one with only temporary files, is accepted).  A file
         where the folder should be is an error in every mode.
 
+    Raises
+    ------
+    UnsafePathError
+        (a ``PermissionError``, errno ``EACCES``) when a key, or a folder on
+        its path, is a symbolic link: reading it, writing or deleting below
+        it.  Writing or deleting a key that is itself a link replaces or
+        removes the link, never what it points to.
+    StoreFullError
+        (an ``OSError``, errno ``ENOSPC``) when the disk or a quota is full;
+        the key keeps its old value and no temporary file is left.
+
     Notes
     -----
     Capability flags: ``supports_range_reads`` (``os.pread``),
@@ -244,8 +381,12 @@ class DirectoryStore(Store):
 
     Key rules on top of the common ones: a path segment may be at most
     ``NAME_MAX`` (255) bytes of UTF-8, and may not be a temporary-file name
-    (``.zstores-tmp.`` + 32 hex digits).  Symbolic links to files read as keys;
-    links to folders are not followed by listings.
+    (``.zstores-tmp.`` + 32 hex digits).  Listings skip symbolic links and
+    entries whose names are not valid UTF-8 (with a warning naming them).
+
+    The root stays open for the store's life (one file descriptor).  If the
+    folder at ``path`` is replaced (another program deleted and re-created
+    it), the store notices at its next miss or failed write and reopens it.
 
     Examples
     --------
@@ -278,7 +419,10 @@ class DirectoryStore(Store):
         self._root = os.path.abspath(os.fsdecode(path))
         self._normalize_keys = bool(normalize_keys)
         self._fsync = bool(fsync)
-        self._open_root()
+        self._retired: list[int] = []
+        self._reopen_lock = threading.Lock()
+        self._lock_pid = os.getpid()
+        self._root_fd = self._open_root()
         self._real_root = os.path.realpath(self._root)
         self._clear_if_mode_w()
 
@@ -287,7 +431,9 @@ class DirectoryStore(Store):
         """The absolute path of the root folder."""
         return self._root
 
-    def _open_root(self) -> None:
+    # ------------------------------------------------------------------ root
+    def _open_root(self) -> int:
+        """Check the root against the mode, create it if allowed, and open it."""
         try:
             is_folder = stat.S_ISDIR(os.stat(self._root).st_mode)
         except (FileNotFoundError, NotADirectoryError):
@@ -301,14 +447,59 @@ class DirectoryStore(Store):
             exists = True
         if self._mode in ("r", "r+"):
             self._check_existence(exists)
-            return
-        self._check_existence(exists and _has_keys(self._root))
+        else:
+            self._check_existence(exists and self._root_has_keys())
+            try:
+                os.makedirs(self._root, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise StoreExistsError(
+                    f"cannot create the folder {self._root!r}: a file is in the way"
+                ) from None
+        # The root itself is followed if it is a link: the user named it.
+        return os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+
+    def _root_has_keys(self) -> bool:
+        folder = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
         try:
-            os.makedirs(self._root, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            raise StoreExistsError(
-                f"cannot create the folder {self._root!r}: a file is in the way"
-            ) from None
+            return _first_key(folder) is not None
+        finally:
+            os.close(folder)
+
+    def _root_replaced(self, *, create: bool = False) -> bool:
+        """Reopen the root if the folder at ``path`` is no longer the one held open.
+
+        Called after a miss or a failed write, never on the fast path.  The
+        old descriptor stays open until ``close()``: another thread may be
+        using it, and a closed number could be reused for another file.
+        """
+        if self._lock_pid != os.getpid():  # forked while another thread held it?
+            self._reopen_lock, self._lock_pid = threading.Lock(), os.getpid()
+        with self._reopen_lock:
+            held = os.fstat(self._root_fd)
+            try:
+                now = os.stat(self._root)
+            except (FileNotFoundError, NotADirectoryError):
+                if not create or self._mode == "r":
+                    return False
+                try:
+                    os.makedirs(self._root, exist_ok=True)
+                except OSError:
+                    return False
+                now = os.stat(self._root)
+            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) or not stat.S_ISDIR(
+                now.st_mode
+            ):
+                return False
+            self._retired.append(self._root_fd)
+            self._root_fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+            return True
+
+    def _close(self) -> None:
+        fds = [getattr(self, "_root_fd", None), *getattr(self, "_retired", [])]
+        for fd in fds:
+            if fd is not None:
+                os.close(fd)
+        self._retired = []
 
     # ------------------------------------------------------------------ keys
     def _key(self, key: str) -> str:
@@ -324,24 +515,117 @@ class DirectoryStore(Store):
         """A prefix as stored (``listdir``/``rmdir``/``getsize`` skip ``_key``)."""
         return prefix.lower() if self._normalize_keys else prefix
 
-    def _file(self, key: str) -> str:
-        return os.path.join(self._root, key)
+    # ---------------------------------------------------------- path walking
+    def _folders(self, key: str, segments: list[str], *, create: bool) -> list[int]:
+        """Open the folders ``segments`` below the root one by one, never following a link.
 
-    def _folder(self, prefix: str) -> str:
-        return os.path.join(self._root, prefix[:-1]) if prefix else self._root
+        Returns the descriptors ``[root, first, ..., last]`` (``[root]`` for
+        no segment); the caller closes them with ``_release``.
+
+        Raises
+        ------
+        KeyError
+            Reading (``create=False``): a folder is missing (``_FileInTheWay``
+            when a file, a key, stands where a folder should be).
+        KeyConflictError
+            Creating: a folder on the way is a key.
+        UnsafePathError
+            A folder on the way is a symbolic link.
+        FileNotFoundError
+            Creating: a folder was removed (pruned) between creating and
+            opening it, or the root is gone; the caller starts again.
+        """
+        chain = [self._root_fd]
+        try:
+            for depth in range(len(segments)):
+                chain.append(self._open_segment(key, chain[-1], segments, depth, create))
+        except BaseException:
+            if create:  # remove the folders made so far (if still empty)
+                self._prune(chain, segments[: len(chain) - 1])
+            _release(chain)
+            raise
+        return chain
+
+    def _open_segment(
+        self, key: str, parent: int, segments: list[str], depth: int, create: bool
+    ) -> int:
+        segment = segments[depth]
+        for _ in range(_RETRIES):
+            try:
+                return os.open(segment, _WALK, dir_fd=parent)
+            except FileNotFoundError:
+                if not create:
+                    raise KeyError(key) from None
+                try:
+                    os.mkdir(segment, dir_fd=parent)
+                except FileExistsError:
+                    pass  # a concurrent writer made it (or it is a link): open tells
+                continue
+            except OSError as error:
+                if error.errno == errno.ENAMETOOLONG and not create:
+                    raise KeyError(key) from None
+                if error.errno not in _NOT_A_FOLDER:
+                    raise
+            mode = _lstat_mode(segment, parent)
+            path = "/".join(segments[: depth + 1])
+            if mode is None or stat.S_ISDIR(mode):
+                continue  # changed since the open: look again
+            if stat.S_ISLNK(mode):
+                raise self._unsafe(key, path)
+            if create:
+                raise self._ancestor_conflict(key, path)
+            raise _FileInTheWay(key, path)
+        raise OSError(
+            errno.EAGAIN,
+            f"{self!r}: could not open the folder {'/'.join(segments[: depth + 1])!r} of "
+            f"key {key!r}: it kept changing ({_RETRIES} tries)",
+        )
+
+    def _prune(self, chain: list[int], segments: list[str]) -> None:
+        """Remove the folders of a chain, deepest first, while they are empty.
+
+        ``chain`` holds the descriptors of the root and of ``segments``, so
+        each ``rmdir`` names its folder from its parent's descriptor: a folder
+        swapped for a link meanwhile is not removed (rmdir refuses links).
+        """
+        for depth in range(len(segments) - 1, -1, -1):
+            try:
+                os.rmdir(segments[depth], dir_fd=chain[depth])
+            except FileNotFoundError:
+                pass  # pruned by a concurrent delete; its parent may be empty too
+            except OSError:
+                return  # not empty (or not ours to remove): stop
+
+    def _unsafe(self, key: str, link: str) -> UnsafePathError:
+        if link == key:
+            where = f"key {key!r} is a symbolic link"
+        else:
+            where = f"key {key!r} lies below {link!r}, a symbolic link"
+        return UnsafePathError(
+            f"{self!r}: {where}; {type(self).__name__} never follows links below its "
+            "root, so that a link planted in the store cannot reach files outside it "
+            "(remove the link, or open the folder it points to as a store of its own)"
+        )
+
+    def _os_error(self, error: OSError, doing: str, key: str) -> OSError:
+        """``error`` with the store and key named; ``StoreFullError`` for a full disk."""
+        if isinstance(error, ZStoresError):
+            return error
+        message = f"{self!r}: cannot {doing} key {key!r}: {error.strerror or error}"
+        if error.errno in _FULL:
+            return StoreFullError(error.errno, message + " (the file system is full)")
+        return OSError(error.errno, message)
 
     # ------------------------------------------------------------- conflicts
     def _ancestor_key(self, key: str) -> str | None:
         """The first proper prefix of ``key`` that exists as a file, if any."""
-        segments = key.split("/")
-        for depth in range(1, len(segments)):
-            ancestor = "/".join(segments[:depth])
-            try:
-                mode = os.stat(self._file(ancestor)).st_mode
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-            if not stat.S_ISDIR(mode):
-                return ancestor
+        segments, _ = _split(key)
+        try:
+            _release(self._folders(key, segments, create=False))
+        except _FileInTheWay as in_the_way:
+            return in_the_way.path
+        except KeyError:
+            pass
         return None
 
     def _ancestor_conflict(self, key: str, ancestor: str) -> KeyConflictError:
@@ -350,8 +634,26 @@ class DirectoryStore(Store):
             f"{type(self).__name__} a key (a file) cannot also be a prefix (a folder)"
         )
 
+    def _keys_below(self, path: str) -> str | None:
+        """Some key under folder ``path`` (relative to it), or None."""
+        segments, name = _split(path)
+        try:
+            chain = self._folders(path, segments, create=False)
+        except KeyError:
+            return None
+        try:
+            folder = _open_folder_at(chain[-1], name)
+            if folder is None:
+                return None
+            try:
+                return _first_key(folder)
+            finally:
+                os.close(folder)
+        finally:
+            _release(chain)
+
     def _prefix_conflict(self, key: str) -> KeyConflictError:
-        below = _first_key(self._file(key))
+        below = self._keys_below(key)
         example = f"{key}/{below}" if below else f"{key}/..."
         return KeyConflictError(
             f"cannot write key {key!r}: it is a prefix of existing keys such as "
@@ -359,78 +661,76 @@ class DirectoryStore(Store):
             "also be a key (a file)"
         )
 
-    def _make_folder(self, key: str, folder: str) -> None:
-        """Create ``folder`` (the folder of ``key``) and its parents.
+    def _replace(self, source: int, name: str, target: int, key: str, key_name: str) -> None:
+        """Rename ``name`` of folder ``source`` onto ``key`` (``key_name`` of folder ``target``).
 
-        Returns quietly if a concurrent prune removed part of it meanwhile:
-        callers retry.
-        """
-        try:
-            os.makedirs(folder, exist_ok=True)
-        except FileNotFoundError:
-            return
-        except (FileExistsError, NotADirectoryError):
-            ancestor = self._ancestor_key(key)
-            if ancestor is not None:
-                raise self._ancestor_conflict(key, ancestor) from None
-
-    def _replace(self, source: str, key: str) -> None:
-        """``os.replace`` a file onto ``key``; a folder in the way is a conflict.
-
+        A link at the key is replaced (rename never follows it); a folder
+        holding no key is removed first; a folder with keys is a conflict.
         Raises ``FileNotFoundError`` when the source or the key's folder
         vanished (a concurrent clear or prune): the caller retries.
         """
-        target = self._file(key)
         for _ in range(_RETRIES):
             try:
-                os.replace(source, target)
+                os.rename(name, key_name, src_dir_fd=source, dst_dir_fd=target)
                 return
             except FileNotFoundError:
                 raise
             except OSError:
-                if not os.path.isdir(target):
+                mode = _lstat_mode(key_name, target)
+                if mode is None or not stat.S_ISDIR(mode):
                     raise
                 # A folder holding no key is not a prefix in the key/value
                 # model: remove it (stray temporary files and all) and retry.
-                if not _remove_keyless_tree(target):
+                if not _remove_keyless_tree(target, key_name):
                     raise self._prefix_conflict(key) from None
         raise self._prefix_conflict(key)
-
-    def _prune(self, folder: str) -> None:
-        """Remove ``folder`` and its parents while they are empty, up to the root."""
-        while len(folder) > len(self._root):
-            try:
-                os.rmdir(folder)
-            except FileNotFoundError:
-                pass  # pruned by a concurrent delete; its parent may be empty too
-            except OSError:
-                return  # not empty (or not ours to remove): stop
-            folder = os.path.dirname(folder)
 
     # ------------------------------------------------------------ primitives
     def _get(self, key: str) -> bytes:
         fd = self._open_value(key)
         try:
             return _read_all(fd, os.fstat(fd).st_size)
+        except OSError as error:
+            raise self._os_error(error, "read", key) from error
         finally:
             os.close(fd)
 
     def _open_value(self, key: str) -> int:
         """An open file descriptor on the value of ``key``; KeyError if none."""
         try:
-            fd = os.open(self._file(key), os.O_RDONLY | _O_BINARY)
+            return self._open_value_once(key)
+        except KeyError:
+            if not self._root_replaced():
+                raise
+        return self._open_value_once(key)
+
+    def _open_value_once(self, key: str) -> int:
+        segments, name = _split(key)
+        if not segments:  # a key at the root: no folder to open
+            return self._open_file(key, self._root_fd, name)
+        chain = self._folders(key, segments, create=False)
+        try:
+            return self._open_file(key, chain[-1], name)
+        finally:
+            _release(chain)
+
+    def _open_file(self, key: str, parent: int, name: str) -> int:
+        try:
+            fd = os.open(name, _READ, dir_fd=parent)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise KeyError(key) from None
-        except PermissionError:
-            if os.path.isdir(self._file(key)):  # Windows opens no folder
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise self._unsafe(key, key) from None
+            if error.errno == errno.ENAMETOOLONG:
                 raise KeyError(key) from None
-            raise
+            raise self._os_error(error, "open", key) from error
         try:
-            is_folder = stat.S_ISDIR(os.fstat(fd).st_mode)
+            is_file = stat.S_ISREG(os.fstat(fd).st_mode)
         except BaseException:
             os.close(fd)
             raise
-        if is_folder:
+        if not is_file:  # a folder (a prefix), a FIFO, a device: not a value
             os.close(fd)
             raise KeyError(key)
         return fd
@@ -444,93 +744,180 @@ class DirectoryStore(Store):
             if stop <= first:
                 return b""
             return _pread_all(fd, stop - first, first)
+        except OSError as error:
+            raise self._os_error(error, "read", key) from error
         finally:
             os.close(fd)
 
     def _set(self, key: str, value: Buffer) -> None:
-        target = self._file(key)
-        folder = os.path.dirname(target)
+        segments, name = _split(key)
         for _ in range(_RETRIES):
-            temp = self._write_temp(key, folder, value)
             try:
-                self._replace(temp, key)
+                chain = self._folders(key, segments, create=True)
             except FileNotFoundError:
-                continue  # the folder was pruned or cleared under us: write again
-            except BaseException:
-                _unlink_quietly(temp)
-                self._prune(folder)
-                raise
-            if self._fsync:
-                _fsync_folder(folder)
-            return
+                self._root_replaced(create=True)
+                continue  # a folder on the way was pruned, or the root is gone
+            except OSError as error:
+                raise self._os_error(error, "write", key) from error
+            try:
+                if self._write_in(chain, segments, key, name, value):
+                    return
+            finally:
+                _release(chain)
+            self._root_replaced(create=True)
         raise OSError(
             errno.EAGAIN,
-            f"could not write key {key!r}: its folder was removed {_RETRIES} times "
-            "while writing (a concurrent rmdir or clear?)",
+            f"{self!r}: could not write key {key!r}: its folder was removed {_RETRIES} "
+            "times while writing (a concurrent rmdir or clear?)",
         )
 
-    def _write_temp(self, key: str, folder: str, value: Buffer) -> str:
-        """Write ``value`` to a new temporary file in ``folder``; return its path."""
-        for _ in range(_RETRIES):
-            temp = os.path.join(folder, TEMP_PREFIX + uuid.uuid4().hex)
-            try:
-                # 0o666 minus the umask, like a plain open(): not mkstemp's 0o600.
-                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o666)
-            except FileNotFoundError:
-                self._make_folder(key, folder)
-                continue
-            except NotADirectoryError:
-                ancestor = self._ancestor_key(key)
-                if ancestor is not None:
-                    raise self._ancestor_conflict(key, ancestor) from None
-                continue
+    def _write_in(
+        self, chain: list[int], segments: list[str], key: str, name: str, value: Buffer
+    ) -> bool:
+        """Write ``value`` as ``name`` in the last folder of ``chain``.
+
+        Returns False when that folder or the temporary file vanished (a
+        concurrent prune or clear): the caller writes again.  On any failure
+        the temporary file is removed and so are the folders this write
+        created, if empty.
+        """
+        folder = chain[-1]
+        temp = TEMP_PREFIX + os.urandom(16).hex()
+        try:
+            # 0o666 minus the umask, like a plain open(): not mkstemp's 0o600.
+            fd = os.open(temp, _CREATE, 0o666, dir_fd=folder)
+        except FileNotFoundError:
+            return False
+        except OSError as error:
+            self._prune(chain, segments)
+            raise self._os_error(error, "write", key) from error
+        try:
             try:
                 _write_all(fd, value)
                 if self._fsync:
                     os.fsync(fd)
-            except BaseException:
+            finally:
                 os.close(fd)
-                _unlink_quietly(temp)
-                self._prune(folder)
-                raise
-            os.close(fd)
-            return temp
-        raise OSError(
-            errno.EAGAIN,
-            f"could not create the folder of key {key!r}: it was removed {_RETRIES} "
-            "times while writing (a concurrent rmdir or clear?)",
-        )
+            self._replace(folder, temp, folder, key, name)
+            if self._fsync:
+                _fsync_folder(folder)
+        except FileNotFoundError:
+            _unlink_quietly(temp, folder)
+            return False
+        except BaseException as error:
+            _unlink_quietly(temp, folder)
+            self._prune(chain, segments)
+            if isinstance(error, OSError):
+                raise self._os_error(error, "write", key) from error
+            raise
+        return True
 
     def _delete(self, key: str) -> None:
-        target = self._file(key)
         try:
-            os.unlink(target)
-        except (FileNotFoundError, NotADirectoryError):
-            raise KeyError(key) from None
-        except OSError:
-            if os.path.isdir(target):  # a prefix, not a key
+            self._delete_once(key)
+        except KeyError:
+            if not self._root_replaced():
+                raise
+            self._delete_once(key)
+
+    def _delete_once(self, key: str) -> None:
+        segments, name = _split(key)
+        chain = self._folders(key, segments, create=False)
+        try:
+            try:
+                os.unlink(name, dir_fd=chain[-1])  # a link is removed itself
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 raise KeyError(key) from None
-            raise
-        self._prune(os.path.dirname(target))
+            except OSError as error:
+                mode = _lstat_mode(name, chain[-1])
+                if mode is not None and stat.S_ISDIR(mode):  # a prefix, not a key
+                    raise KeyError(key) from None
+                raise self._os_error(error, "delete", key) from error
+            self._prune(chain, segments)
+        finally:
+            _release(chain)
+
+    def _stat_key(self, key: str) -> os.stat_result | None:
+        """The ``lstat`` of ``key``'s file; None if missing or not a regular file."""
+        segments, name = _split(key)
+        try:
+            chain = self._folders(key, segments, create=False)
+        except KeyError:
+            return None
+        try:
+            info = os.stat(name, dir_fd=chain[-1], follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as error:
+            if error.errno == errno.ENAMETOOLONG:
+                return None
+            raise self._os_error(error, "look up", key) from error
+        finally:
+            _release(chain)
+        if stat.S_ISLNK(info.st_mode):
+            raise self._unsafe(key, key)
+        return info if stat.S_ISREG(info.st_mode) else None
 
     def _contains(self, key: str) -> bool:
-        try:
-            return stat.S_ISREG(os.stat(self._file(key)).st_mode)
-        except (FileNotFoundError, NotADirectoryError):
-            return False
+        if self._stat_key(key) is not None:
+            return True
+        return self._root_replaced() and self._stat_key(key) is not None
 
-    def _walk(self, prefix: str) -> list[tuple[str, os.DirEntry[str]]]:
-        """Every key under ``prefix`` (as stored) with its directory entry."""
-        found = []
-        pending = [(self._folder(prefix), prefix)]
-        while pending:
-            folder, relative = pending.pop()
-            for entry in _scandir(folder):
-                if _is_folder(entry):
-                    pending.append((entry.path, relative + entry.name + "/"))
-                elif _is_key_file(entry):
-                    found.append((relative + entry.name, entry))
+    def _getsize_key(self, key: str) -> int:
+        info = self._stat_key(key)
+        if info is None:
+            raise KeyError(key)
+        return info.st_size
+
+    # -------------------------------------------------------------- listings
+    def _open_prefix(self, prefix: str) -> int | None:
+        """A new descriptor (for scandir) on the folder of ``prefix``; None if absent.
+
+        Raises ``UnsafePathError`` if the prefix, or a folder above it, is a link.
+        """
+        if not prefix:
+            self._root_replaced()
+            return os.open(".", _LIST, dir_fd=self._root_fd)
+        path = prefix[:-1]
+        segments, name = _split(path)
+        try:
+            chain = self._folders(path, segments, create=False)
+        except KeyError:
+            return None
+        try:
+            folder = _open_folder_at(chain[-1], name)
+            if folder is None:
+                mode = _lstat_mode(name, chain[-1])
+                if mode is not None and stat.S_ISLNK(mode):
+                    raise self._unsafe(path, path)
+            return folder
+        finally:
+            _release(chain)
+
+    def _walk(self, prefix: str, *, sizes: bool = False) -> list[tuple[str, int]]:
+        """Every key under ``prefix`` (as stored) with its size (0 unless ``sizes``)."""
+        folder = self._open_prefix(prefix)
+        if folder is None:
+            return []
+        found: list[tuple[str, int]] = []
+        skipped: list[str] = []
+        try:
+            _walk_folder(folder, prefix, found, skipped, sizes)
+        finally:
+            os.close(folder)
+        self._warn_skipped(skipped)
         return found
+
+    def _warn_skipped(self, skipped: list[str]) -> None:
+        if skipped:
+            shown = ", ".join(repr(os.fsencode(name)) for name in skipped[:3])
+            more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+            warnings.warn(
+                f"{self!r}: skipped {len(skipped)} folder entries whose names are not "
+                f"valid UTF-8, so cannot be keys: {shown}{more}",
+                UserWarning,
+                stacklevel=4,
+            )
 
     def _list_prefix(self, prefix: str) -> Iterable[str]:
         return [key for key, _ in self._walk(self._fold(prefix))]
@@ -539,66 +926,82 @@ class DirectoryStore(Store):
         return len(self._walk(""))
 
     def _listdir(self, prefix: str) -> Iterable[str]:
-        names = []
-        for entry in _scandir(self._folder(self._fold(prefix))):
-            if _is_folder(entry):
-                # A folder without keys (a crash's leftovers, another tool's
-                # empty folder) is not a prefix in the key/value model.
-                if _has_keys(entry.path):
-                    names.append(entry.name)
-            elif _is_key_file(entry):
-                names.append(entry.name)
+        folder = self._open_prefix(self._fold(prefix))
+        if folder is None:
+            return []
+        names, skipped = [], []
+        try:
+            for entry in _entries(folder):
+                name = entry.name
+                if not _is_utf8(name):
+                    skipped.append(prefix + name)
+                elif _is_folder(entry):
+                    # A folder without keys (a crash's leftovers, another tool's
+                    # empty folder) is not a prefix in the key/value model.
+                    child = _open_folder_at(folder, name)
+                    if child is not None:
+                        try:
+                            if _first_key(child) is not None:
+                                names.append(name)
+                        finally:
+                            os.close(child)
+                elif _is_key_file(entry):
+                    names.append(name)
+        finally:
+            os.close(folder)
+        self._warn_skipped(skipped)
         return names
 
-    def _getsize_key(self, key: str) -> int:
-        try:
-            info = os.stat(self._file(key))
-        except (FileNotFoundError, NotADirectoryError):
-            raise KeyError(key) from None
-        if not stat.S_ISREG(info.st_mode):
-            raise KeyError(key)
-        return info.st_size
-
     def _getsize_prefix(self, prefix: str) -> int:
-        total = 0
-        for _, entry in self._walk(self._fold(prefix)):
-            try:
-                total += entry.stat().st_size
-            except FileNotFoundError:
-                pass  # deleted since the walk saw it
-        return total
+        return sum(size for _, size in self._walk(self._fold(prefix), sizes=True))
 
+    # ------------------------------------------------------------- removals
     def _rmdir(self, prefix: str) -> None:
         if not prefix:
             self._clear()
             return
-        folder = self._folder(self._fold(prefix))
-        _remove_tree(folder)
-        self._prune(os.path.dirname(folder))
+        path = self._fold(prefix)[:-1]
+        segments, name = _split(path)
+        try:
+            chain = self._folders(path, segments, create=False)
+        except KeyError:
+            return
+        try:
+            _remove_tree(chain[-1], name)
+            self._prune(chain, segments)
+        finally:
+            _release(chain)
 
     def _clear(self) -> None:
-        for entry in list(_scandir(self._root)):
-            if _is_folder(entry):
-                _remove_tree(entry.path)
-            else:
-                _unlink_quietly(entry.path)
+        self._root_replaced()
+        _empty_folder(self._root_fd)
 
+    # --------------------------------------------------------------- renames
     def _rename_key(self, src: str, dst: str) -> None:
-        source = self._file(src)
-        folder = os.path.dirname(self._file(dst))
+        src_segments, src_name = _split(src)
+        dst_segments, dst_name = _split(dst)
         for _ in range(_RETRIES):
-            if not self._contains(src):
-                raise KeyError(src)
-            self._make_folder(dst, folder)
+            source = self._folders(src, src_segments, create=False)
             try:
-                self._replace(source, dst)
-            except FileNotFoundError:
-                continue  # src moved away, or dst's folder was pruned: look again
-            except BaseException:
-                self._prune(folder)
-                raise
-            self._prune(os.path.dirname(source))
-            return
+                if self._stat_key(src) is None:
+                    raise KeyError(src)
+                try:
+                    target = self._folders(dst, dst_segments, create=True)
+                except FileNotFoundError:
+                    continue  # a folder on the way was pruned meanwhile
+                try:
+                    self._replace(source[-1], src_name, target[-1], dst, dst_name)
+                except FileNotFoundError:
+                    continue  # src moved away, or dst's folder was pruned: look again
+                except BaseException:
+                    self._prune(target, dst_segments)
+                    raise
+                finally:
+                    _release(target)
+                self._prune(source, src_segments)
+                return
+            finally:
+                _release(source)
         raise KeyError(src)
 
     def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
@@ -615,7 +1018,7 @@ class DirectoryStore(Store):
             ancestor = self._ancestor_key(new)
             if ancestor is not None:
                 raise self._ancestor_conflict(new, ancestor)
-            if os.path.isdir(self._file(new)) and _has_keys(self._file(new)):
+            if self._keys_below(new) is not None:
                 raise self._prefix_conflict(new)
         for old, new in moves:
             self._rename_key(old, new)
@@ -623,27 +1026,62 @@ class DirectoryStore(Store):
     def _move_folder(self, src: str, dst: str) -> bool:
         """Rename folder ``src`` to ``dst`` in one step if ``dst`` holds no key.
 
-        Returns False when ``dst`` holds keys (the caller merges key by key).
+        A link at ``dst`` is removed (the link itself) first.  Returns False
+        when ``dst`` holds keys (the caller merges key by key) or ``src`` is
+        no longer a folder.
         """
-        source, target = self._file(src), self._file(dst)
+        src_segments, src_name = _split(src)
+        dst_segments, dst_name = _split(dst)
         for _ in range(_RETRIES):
-            if os.path.lexists(target) and not _remove_keyless_tree(target):
-                return False
-            self._make_folder(dst + "/...", os.path.dirname(target))
             try:
-                os.rename(source, target)
-            except FileNotFoundError:
-                if not os.path.isdir(source):
-                    return False  # moved or removed meanwhile: nothing left to move
-                continue  # the destination's parent was pruned meanwhile
-            except OSError as error:
-                if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                    continue  # a writer created the destination meanwhile
-                self._prune(os.path.dirname(target))
-                raise
-            self._prune(os.path.dirname(source))
-            return True
+                source = self._folders(src, src_segments, create=False)
+            except KeyError:
+                return False
+            try:
+                mode = _lstat_mode(src_name, source[-1])
+                if mode is not None and stat.S_ISLNK(mode):
+                    raise self._unsafe(src, src)
+                if mode is None or not stat.S_ISDIR(mode):
+                    return False
+                try:
+                    target = self._folders(dst + "/...", dst_segments, create=True)
+                except FileNotFoundError:
+                    continue
+                try:
+                    moved = self._move_into(source[-1], src_name, target, dst_segments, dst_name)
+                finally:
+                    _release(target)
+                if moved is None:
+                    continue
+                if moved:
+                    self._prune(source, src_segments)
+                return moved
+            finally:
+                _release(source)
         return False
+
+    def _move_into(
+        self, source: int, name: str, target: list[int], segments: list[str], dst_name: str
+    ) -> bool | None:
+        """One try of ``_move_folder``: True moved, False merge instead, None try again."""
+        folder = target[-1]
+        mode = _lstat_mode(dst_name, folder)
+        if mode is not None:
+            if stat.S_ISLNK(mode):
+                _unlink_quietly(dst_name, folder)
+            elif not _remove_keyless_tree(folder, dst_name):
+                return False
+        try:
+            os.rename(name, dst_name, src_dir_fd=source, dst_dir_fd=folder)
+        except FileNotFoundError:
+            moved_away = _lstat_mode(name, source) is None
+            return False if moved_away else None
+        except OSError as error:
+            if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return None  # a writer created the destination meanwhile
+            self._prune(target, segments)
+            raise
+        return True
 
     # ------------------------------------------------------------- identity
     def _location(self) -> Any:
@@ -654,6 +1092,35 @@ class DirectoryStore(Store):
 
     def _params(self) -> dict[str, Any]:
         return {"path": self._root, "normalize_keys": self._normalize_keys, "fsync": self._fsync}
+
+
+def _walk_folder(
+    folder: int, relative: str, found: list[tuple[str, int]], skipped: list[str], sizes: bool
+) -> None:
+    """Add every key under the open ``folder`` to ``found``; links are not followed."""
+    subfolders = []
+    for entry in _entries(folder):
+        name = entry.name
+        if not _is_utf8(name):
+            skipped.append(relative + name)
+        elif _is_folder(entry):
+            subfolders.append(name)
+        elif _is_key_file(entry):
+            size = 0
+            if sizes:
+                try:
+                    size = os.stat(name, dir_fd=folder, follow_symlinks=False).st_size
+                except FileNotFoundError:
+                    continue  # deleted since the scan saw it
+            found.append((relative + name, size))
+    for name in subfolders:
+        child = _open_folder_at(folder, name)
+        if child is None:
+            continue  # removed, or swapped for a link, since the scan
+        try:
+            _walk_folder(child, f"{relative}{name}/", found, skipped, sizes)
+        finally:
+            os.close(child)
 
 
 class NestedDirectoryStore(DirectoryStore):
@@ -675,7 +1142,8 @@ class NestedDirectoryStore(DirectoryStore):
     zarr-python 3's ``LocalStore``.  An array whose ``.zarray`` says
     ``dimension_separator: "."`` cannot keep dotted chunk files here.
 
-    Parameters and capability flags are those of :class:`DirectoryStore`.
+    Parameters, capability flags and the rules about links and full disks
+    are those of :class:`DirectoryStore`.
 
     Examples
     --------
@@ -716,13 +1184,3 @@ def _check_segment(key: str, segment: str) -> None:
             f"invalid key {key!r}: segment {segment!r} has the form of a temporary "
             f"file name ({TEMP_PREFIX!r} + 32 hex digits), which is reserved"
         )
-
-
-def _fsync_folder(folder: str) -> None:
-    if os.name != "posix":
-        return  # folders cannot be opened for fsync on Windows
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
