@@ -473,3 +473,83 @@ def test_dumb_damaged_files_raise_corrupt_value_error(tmp_path):
         index.write("'c', (0,")  # half a line, as dbm.dumb leaves on a full disk
     with pytest.raises(CorruptValueError, match="index is damaged"):
         DBMStore(path, open=dbm.dumb.open, mode="r")
+
+
+SQLITE3_FULL_SCRIPT = """
+import dbm.sqlite3, errno, hashlib, json, os, sys, types
+package = types.ModuleType("zstores")  # as SQLITE3_SCRIPT: only the modules needed
+package.__path__ = [os.path.join(sys.argv[1], "zstores")]
+sys.modules["zstores"] = package
+from zstores.stores.dbm import DBMStore
+from zstores.errors import StoreFullError
+
+def value(key, serial, size=64 * 1024):
+    seed = hashlib.sha256(f"{key}|{serial}".encode()).digest()
+    return (seed * (size // 32 + 1))[:size]
+
+path, out = sys.argv[2], {}
+with open(sys.argv[3], "wb") as ballast:  # room that can be made later
+    ballast.write(bytes(12 << 20))
+store = DBMStore(path, open=dbm.sqlite3.open, mode="w")
+written = []
+try:
+    for n in range(100_000):
+        store[f"k/{n}"] = value(f"k/{n}", 1)
+        written.append(f"k/{n}")
+except Exception as error:
+    out["error"] = [f"{c.__module__}.{c.__qualname__}" for c in type(error).__mro__]
+    out["errno"] = error.errno
+    out["message"] = str(error)
+    out["cause"] = repr(error.__cause__)
+try:
+    store[written[0]] = value(written[0], 2, 4 << 20)
+    out["overwrite"] = "succeeded"
+except StoreFullError:
+    out["overwrite"] = "failed"
+store.close()
+with DBMStore(path, open=dbm.sqlite3.open, mode="r") as store:
+    first = 2 if out["overwrite"] == "succeeded" else 1
+    out["intact"] = all(store[key] == value(key, first if key == written[0] else 1,
+                                            len(store[key])) for key in written)
+    out["count"] = [len(store), len(written)]
+# SQLite logs a delete in its WAL before it frees pages: on a disk with no
+# room at all for that log the delete fails, typed, and changes nothing.
+with DBMStore(path, open=dbm.sqlite3.open) as store:
+    try:
+        store.delitems(written[::2])
+        out["delete"] = "succeeded"
+    except StoreFullError as error:
+        out["delete"] = "failed"
+        out["delete_errno"] = error.errno
+        out["kept"] = len(store) == len(written)
+if out["delete"] == "failed":  # room made elsewhere on the disk: it works
+    os.unlink(sys.argv[3])
+    with DBMStore(path, open=dbm.sqlite3.open) as store:
+        store.delitems(written[::2])
+with DBMStore(path, open=dbm.sqlite3.open) as store:
+    for n in range(20):
+        store[f"again/{n}"] = value(f"again/{n}", 2)
+with DBMStore(path, open=dbm.sqlite3.open, mode="r") as store:
+    out["after"] = sorted(store) == sorted([*written[1::2], *(f"again/{n}" for n in range(20))])
+    out["after_intact"] = all(store[f"again/{n}"] == value(f"again/{n}", 2) for n in range(20))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists(PYTHON_313), reason=f"no Python 3.13 at {PYTHON_313}")
+def test_python313_dbm_sqlite3_full_disk_is_typed(tmp_path):
+    with small_filesystem(32, "tmpfs") as fs:
+        done = subprocess.run(
+            [PYTHON_313, "-c", SQLITE3_FULL_SCRIPT, str(ROOT), str(fs / "db.sqlite"),
+             str(fs / "ballast")],
+            capture_output=True, text=True, timeout=300,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert "zstores.errors.StoreFullError" in out["error"], out
+    assert out["errno"] == errno.ENOSPC and "db.sqlite" in out["message"]
+    assert "full" in out["cause"]
+    assert out["intact"] and out["count"][0] == out["count"][1] > 10
+    if out["delete"] == "failed":
+        assert out["delete_errno"] == errno.ENOSPC and out["kept"]
+    assert out["after"] and out["after_intact"]

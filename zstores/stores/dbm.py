@@ -389,7 +389,8 @@ def _transaction(db: Any) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        connection.execute("ROLLBACK")
+        if connection.in_transaction:  # SQLite rolls back by itself on SQLITE_FULL
+            connection.execute("ROLLBACK")
         raise
     connection.execute("COMMIT")
 
