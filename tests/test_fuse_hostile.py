@@ -197,6 +197,7 @@ def test_keys_stored_with_long_segments_are_reachable_by_the_library_not_the_mou
     assert store[f"d/{long}2/k"] == b"below a folder with a long name"
 
 
+@pytest.mark.filterwarnings("ignore:.*not valid UTF-8:UserWarning")  # the store's own note
 def test_stray_names_in_a_folder_store_that_are_not_utf8_are_not_listed(
         tmp_path: Path, mountpoint: Path) -> None:
     store = zstores.DirectoryStore(tmp_path / "data")
