@@ -4,7 +4,7 @@ Names: a mount creates what a local disk would (UTF-8, segments of at most
 255 bytes), refuses the rest with the errno a local disk gives, and shows in
 a listing only names it can also look up, whoever stored them.
 
-Full disks: a store on a small tmpfs, mounted by the ``zfuse`` daemon (a
+Full disks: a store on a small tmpfs or ext4, mounted by the ``zfuse`` daemon (a
 SIGBUS or crash of a backend takes the daemon down, not the test), filled by
 a child process writing plain files through the mount until the writer gets
 an error.  That error must be ENOSPC, every file whose ``close`` succeeded
@@ -301,13 +301,14 @@ FULL_DISK_STORES = {
 }
 
 
+@pytest.mark.parametrize("filesystem", ["tmpfs", "ext4"])
 @pytest.mark.parametrize("kind", sorted(FULL_DISK_STORES))
 def test_full_disk_through_a_mount_is_enospc_and_loses_nothing(
-        kind: str, mountpoint: Path, tmp_path: Path, daemon_mount) -> None:
+        kind: str, filesystem: str, mountpoint: Path, tmp_path: Path, daemon_mount) -> None:
     require_fuse()
     url_pattern, open_store = FULL_DISK_STORES[kind]
     log = tmp_path / "acknowledged.jsonl"
-    with small_filesystem(16, "tmpfs") as fs:
+    with small_filesystem(16, filesystem) as fs:
         url = url_pattern.format(fs=fs)
         mount = daemon_mount(url, mountpoint)
         os.mkdir(mount / "k")
