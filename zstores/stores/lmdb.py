@@ -299,6 +299,29 @@ class LMDBStore(Store):
     zarr-python 2 processes use the same environment: LMDB warns that mixing
     the two modes can defeat ``flush()`` and ``sync=True``.
 
+    A full disk raises ``StoreFullError`` (errno ``ENOSPC``) naming the store,
+    py-lmdb's exception chained: for ``ENOSPC``, for a map that cannot grow,
+    and for the ``EIO`` LMDB reports when a write was cut short, if the file
+    system then has less free than the write plus 1 MiB (any other ``EIO`` is
+    a ``StoreIOError``).  The failed transaction is aborted, so every value
+    committed before stays, and a failed overwrite leaves the old value.
+    Copy-on-write needs free pages even to delete, so a writable store keeps
+    a 1 MiB reserve file, ``data.mdb.zstores-reserve`` (``<path>.zstores-reserve``
+    with ``subdir=False``; it holds no data and may be deleted at any time):
+    a delete that finds the disk full releases it and deletes in pieces of
+    64 keys, each reusing the pages the pieces before freed; the reserve is
+    set aside again from what room is left.  LMDB never gives space back to
+    the file system: deleted pages are reused for new values.  Other py-lmdb
+    errors become ``CorruptValueError`` (a damaged or foreign file),
+    ``ReadOnlyError`` (permissions, read-only media), ``StoreLockedError`` or
+    ``StoreIOError``; no bare ``lmdb.Error`` reaches the caller.
+
+    Mode ``"r"`` on read-only media, where LMDB cannot open its lock file
+    for writing, opens the environment without LMDB's locks
+    (``lock=False``): nothing can write there, so it reads one consistent
+    state.  A folder that is only unwritable to this user (others may write)
+    is not opened that way: it raises ``ReadOnlyError``.
+
     Every store on the same environment in one process shares one LMDB handle
     (LMDB forbids opening an environment twice in a process); its options are
     those of the first store opened.  Processes started with ``spawn`` or

@@ -304,6 +304,33 @@ class SQLiteStore(Store):
     written, by a thread of the store's own while writes go on (SQLite's
     automatic checkpoint would stall the commit that triggers it).
 
+    A full disk raises ``StoreFullError`` (errno ``ENOSPC``) naming the store,
+    SQLite's error chained; the failed transaction is rolled back, so every
+    value committed before stays and a failed overwrite leaves the old value.
+    In WAL mode a write lands in the WAL first and a checkpoint later copies
+    it into the database file, which must then grow: a WAL larger than the
+    room left could never be copied in, and even deletes would fail.  So
+    while the file system has less than 256 MiB free, every write is
+    checkpointed at once (writes there cost about twice the I/O), and once a
+    checkpoint finds the disk full, writes that add data are refused until
+    one succeeds.  Deletes still work: a writable store keeps a 2 MiB reserve
+    file, ``<path>.zstores-reserve`` (it holds no data and may be deleted at
+    any time); a delete that finds the disk full releases it, copies the WAL
+    in, and deletes in pieces of 32 keys without zeroing the freed pages
+    (``secure_delete=FAST``, whatever SQLite's build default).  SQLite never
+    gives space back to the file system: freed pages take new values.  Other
+    SQLite errors become ``CorruptValueError`` (not a database, damaged),
+    ``StoreLockedError`` (locked beyond ``timeout``), ``ReadOnlyError``,
+    ``StoreNotFoundError`` or ``StoreIOError``, each naming the file.
+
+    Mode ``"r"`` leaves no files behind.  With a ``-wal`` present (a writer at
+    work) it reads through SQLite's ``-wal`` and ``-shm``.  Otherwise, where
+    the folder can be written, the ``-wal``/``-shm`` its reading creates are
+    removed on ``close()`` (unless another connection still uses them); on
+    read-only media the file is opened ``immutable``: no locks and no files,
+    and changes made meanwhile through another, writable path to the same
+    file are not seen (and must not happen while it is open).
+
     ``":memory:"`` keeps the table in this process only: one connection,
     guarded by a lock; ``persistent`` is ``False`` and pickling copies the data.
 
@@ -321,7 +348,7 @@ class SQLiteStore(Store):
         differs (it refuses writes).
     timeout : float
         Seconds a writer waits for another connection's write to finish
-        before ``sqlite3.OperationalError: database is locked``.
+        before ``StoreLockedError``.
 
     Attributes
     ----------
@@ -526,9 +553,10 @@ class SQLiteStore(Store):
             finally:
                 with self._sql_errors():
                     db.execute(f"PRAGMA secure_delete={zeroing}")
-        if self._full is not None or (self._reserve is not None and not self._reserve_whole):
+        reserve = self._reserve
+        if reserve is not None and (self._full is not None or not self._reserve_whole):
             self._checkpoint_now()
-            self._reserve_whole = self._reserve.ensure(_RESERVE_KEEP_FREE)  # type: ignore[union-attr]
+            self._reserve_whole = reserve.ensure(_RESERVE_KEEP_FREE)
         return result
 
     def _delete_in_pieces(self, keys: list[str]) -> None:
