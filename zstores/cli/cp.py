@@ -76,7 +76,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--if-exists", choices=("skip", "overwrite", "error"), default="skip",
         help="for a key already in DST: 'skip' (default) leaves an identical value alone "
-        "and reports a different one without touching it; 'overwrite' writes every key; "
+        "and reports a different one without touching it; 'overwrite' writes every key, "
+        "even into a DST holding the other Zarr format or a different array at PATH; "
         "'error' stops before copying anything if any key exists in DST")
     add_progress(parser)
     parser.set_defaults(run=run)
