@@ -4,21 +4,31 @@ pruning, conflicts, and compatibility with zarr-python 2.18 and 3."""
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import pickle
 import re
+import shutil
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from full_disk import (
+    check_acknowledged,
+    delete_half_and_refill,
+    fill_until_full,
+    make_value,
+    small_filesystem,
+)
 
 from zstores.errors import (
     InvalidKeyError,
     KeyConflictError,
     StoreExistsError,
+    StoreFullError,
     StoreNotFoundError,
 )
 from zstores.keys import is_chunk_key_segment
@@ -267,6 +277,123 @@ def test_segment_longer_than_name_max(cls, root: Path) -> None:
         with pytest.raises(InvalidKeyError):
             store[key]
     assert len(store) == 2
+
+
+def test_long_segments_in_paths_and_renames(cls, root: Path) -> None:
+    store = cls(root)
+    store["g/k"] = b"1"
+    long = "L" * 256
+    # Paths with a long segment name nothing (no OSError leaks out); as keys
+    # they break the rule.
+    assert store.listdir(long) == [] and store.listdir(f"g/{long}/x") == []
+    store.rmdir(f"g/{long}")
+    assert f"g/{long}" not in store
+    for read in (lambda: store.getsize(f"g/{long}"), lambda: store.getitems([long])):
+        with pytest.raises(InvalidKeyError, match="255 bytes"):
+            read()
+    with pytest.raises(InvalidKeyError, match="255 bytes") as info:
+        store.rename("g/k", f"g/{long}")
+    assert f"'g/{long}'" in str(info.value)
+    with pytest.raises(InvalidKeyError, match="255 bytes"):
+        store.setitems({"fine": b"v", f"{long}/0.0": b"v"})
+    assert dict(store.items()) == {"g/k": b"1"}  # setitems checked every key first
+    # The nested mapping only shortens segments: 0.1 of a 255-byte group fits.
+    store[("G" * 255) + "/0.1"] = b"2"
+    assert store[("G" * 255) + "/0.1"] == b"2"
+
+
+# -------------------------------------------------------------------- names
+NOT_UTF8 = [b"caf\xe9", b"\xff\xfe-folder"]
+
+
+def test_entries_whose_names_are_not_utf8_are_skipped_with_a_warning(
+    cls, root: Path
+) -> None:
+    store = cls(root)
+    store.update({"a/k": b"12", "top": b"1"})
+    rootb = os.fsencode(root)
+    with open(os.path.join(rootb, NOT_UTF8[0]), "wb") as file:
+        file.write(b"latin-1 name")
+    os.mkdir(os.path.join(rootb, NOT_UTF8[1]))
+    with open(os.path.join(rootb, NOT_UTF8[1], b"inside"), "wb") as file:
+        file.write(b"below a bad folder name")
+    with open(os.path.join(rootb, b"a", NOT_UTF8[0]), "wb") as file:
+        file.write(b"in a")
+    for listing, expected in [
+        (lambda: sorted(iter(store)), ["a/k", "top"]),  # sorted(store) also calls len
+        (lambda: len(store), 2),
+        (lambda: store.listdir(), ["a", "top"]),
+        (lambda: store.listdir("a"), ["k"]),
+        (lambda: store.getsize(), 3),
+        (lambda: store.getsize("a"), 2),
+    ]:
+        with pytest.warns(UserWarning, match="not valid UTF-8") as caught:
+            assert listing() == expected
+        assert len(caught) == 1  # one warning per call, naming the entries
+        message = str(caught[0].message)
+        assert repr(store) in message and ("caf\\xe9" in message or "xff" in message)
+    store.clear()  # they are removed with the rest
+    assert os.listdir(root) == []
+
+
+# --------------------------------------------------------------------- root
+def test_a_root_deleted_and_made_again_is_reopened(cls, root: Path) -> None:
+    store = cls(root)
+    store["a/k"] = b"1"
+    shutil.rmtree(root)  # as zarr-python 2's rmdir() of a whole store does
+    root.mkdir()
+    with cls(root) as other:
+        other["a/k"] = b"written after"
+    assert store["a/k"] == b"written after"
+    shutil.rmtree(root)
+    store["b/k"] = b"made again"  # the write creates the folder again
+    assert (root / "b" / "k").read_bytes() == b"made again"
+    assert sorted(store) == ["b/k"]
+
+
+# ---------------------------------------------------------------- full disk
+def store_code(cls, root: Path) -> str:
+    return f"zstores.{cls.__name__}({str(root)!r})"
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "ext4"])
+def test_full_disk_keeps_every_acknowledged_value(cls, tmp_path: Path, kind: str) -> None:
+    with small_filesystem(16, kind) as fs:
+        root = fs / "data.zarr"
+        result = fill_until_full(store_code(cls, root), tmp_path / "log")
+        result.assert_store_full()
+        assert str(root) in result.message and "k/" in result.message
+        assert result.overwrite == "failed"
+        assert result.close_error is None
+        assert [name for name in disk_tree(root) if TEMP_NAME.search(name)] == []
+        with cls(root, mode="r") as store:
+            check_acknowledged(store, result.acknowledged)
+            assert len(store) == len(result.acknowledged)
+        delete_half_and_refill(store_code(cls, root), lambda: cls(root),
+                               result.acknowledged, tmp_path / "again")
+
+
+def test_full_disk_batches_and_errors_are_typed(cls, tmp_path: Path) -> None:
+    with small_filesystem(4, "tmpfs") as fs:
+        root = fs / "data.zarr"
+        result = fill_until_full(store_code(cls, root), tmp_path / "log", batch=4)
+        result.assert_store_full()
+        store = cls(root)
+        first = min(result.acknowledged)
+        with pytest.raises(StoreFullError) as caught:
+            store[first] = make_value(first, 9, 8 << 20)  # bigger than the disk
+        error = caught.value
+        assert error.errno == errno.ENOSPC and repr(store) in str(error)
+        stored = nested(first) if cls is NestedDirectoryStore else first
+        assert repr(stored) in str(error)
+        assert isinstance(error.__cause__, OSError) and error.__cause__.errno == errno.ENOSPC
+        check_acknowledged(store, result.acknowledged)  # the old value stayed
+        with pytest.raises(StoreFullError):  # a new key in a new folder
+            store["new/folder/0.0"] = make_value("new/folder/0.0", 1, 8 << 20)
+        assert "new" not in store.listdir() and not (root / "new").exists()
+        assert [name for name in disk_tree(root) if TEMP_NAME.search(name)] == []
+        store.delitems(list(result.acknowledged)[: len(result.acknowledged) // 2])
+        store["new/folder/0.0"] = make_value("new/folder/0.0", 1, 64 << 10)
 
 
 # ------------------------------------------------------------------ pruning

@@ -123,6 +123,10 @@ def _lstat_mode(name: str, parent: int) -> int | None:
         return os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            return None
+        raise
 
 
 def _open_folder_at(parent: int, name: str, flags: int = _LIST) -> int | None:
@@ -466,12 +470,16 @@ class DirectoryStore(Store):
             os.close(folder)
 
     def _root_replaced(self, *, create: bool = False) -> bool:
-        """Reopen the root if the folder at ``path`` is no longer the one held open.
+        """Reopen the root if the folder held open was deleted (and ``path`` made again).
 
-        Called after a miss or a failed write, never on the fast path.  The
-        old descriptor stays open until ``close()``: another thread may be
-        using it, and a closed number could be reused for another file.
+        Called after a miss or a failed write, never on the fast path: one
+        ``fstat`` unless the held folder is gone (zarr-python 2's ``rmdir()``
+        deletes and re-creates a store's folder).  The old descriptor stays
+        open until ``close()``: another thread may be using it, and a closed
+        number could be reused for another file.
         """
+        if os.fstat(self._root_fd).st_nlink > 0:
+            return False
         if self._lock_pid != os.getpid():  # forked while another thread held it?
             self._reopen_lock, self._lock_pid = threading.Lock(), os.getpid()
         with self._reopen_lock:
