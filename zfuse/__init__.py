@@ -12,7 +12,7 @@ The ``zfuse`` command mounts a store URL in a daemon; from Python,
 >>> store["group/.zgroup"]                                   # doctest: +SKIP
 b'{"zarr_format": 2}'
 
-``zfuse.mounts()`` lists every zfuse mount on the machine (``zfuse list``).
+``zfuse.registry.mounts()`` lists every zfuse mount on the machine (``zfuse list``).
 Mounting needs mfusepy (``pip install 'zstores[fuse]'``); importing zfuse,
 listing and unmounting do not.
 
@@ -34,7 +34,6 @@ from .mount import (
     mounted,
     unmount,
 )
-from .registry import MountInfo, mounts
 
-__all__ = ["Mount", "MountError", "MountInfo", "check_mountpoint", "is_mounted",
-           "libfuse_version", "mount", "mounted", "mounts", "unmount"]
+__all__ = ["Mount", "MountError", "check_mountpoint", "is_mounted", "libfuse_version", "mount",
+           "mounted", "unmount"]

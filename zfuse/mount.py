@@ -84,7 +84,7 @@ def require_mfusepy() -> Any:
 
     Examples
     --------
-    >>> require_mfusepy().__name__                               # doctest: +SKIP
+    >>> require_mfusepy().__name__
     'mfusepy'
     """
     try:

@@ -72,7 +72,7 @@ def runtime_dir() -> str:
 
     Examples
     --------
-    >>> os.path.basename(runtime_dir()).startswith("zfuse")  # doctest: +SKIP
+    >>> os.path.basename(runtime_dir()).startswith("zfuse")
     True
     """
     explicit = os.environ.get("ZFUSE_RUNTIME_DIR")
@@ -173,8 +173,8 @@ def mounts() -> list[MountInfo]:
 
     Examples
     --------
-    >>> [m.mountpoint for m in mounts()]                     # doctest: +SKIP
-    ['/mnt/run1']
+    >>> all(os.path.isabs(info.mountpoint) for info in mounts())
+    True
     """
     found: dict[str, MountInfo] = {}
     for mountpoint, source in zfuse_mount_table():

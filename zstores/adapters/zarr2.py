@@ -216,10 +216,12 @@ class Zarr2Store(Adapter, BaseStore):
         --------
         >>> import os, tempfile, zipfile, zstores
         >>> path = os.path.join(tempfile.mkdtemp(), "data.zip")
-        >>> adapter = zstores.zarr_store(f"zip://{path}")           # doctest: +SKIP
-        >>> adapter["a"] = b"1"; adapter.flush()                   # doctest: +SKIP
-        >>> zipfile.ZipFile(path).namelist()                       # doctest: +SKIP
+        >>> adapter = zstores.zarr_store(f"zip://{path}")
+        >>> adapter["a"] = b"1"
+        >>> adapter.flush()
+        >>> zipfile.ZipFile(path).namelist()
         ['a']
+        >>> adapter.close()
         """
         if not self._complete_for_copies():
             raise UnsupportedOperationError(
