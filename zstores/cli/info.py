@@ -160,7 +160,8 @@ def _group_report(store: Store, node: Node) -> dict[str, Any]:
 
 _LABELS = {
     "name": "Name", "type": "Type", "data_type": "Data type", "shape": "Shape",
-    "shard_shape": "Shard shape", "chunk_shape": "Chunk shape", "order": "Order", "compressor": "Compressor",
+    "shard_shape": "Shard shape", "chunk_shape": "Chunk shape", "order": "Order",
+    "compressor": "Compressor",
     "filters": "Filters", "codecs": "Codecs", "fill_value": "Fill value",
     "store_type": "Store type", "nbytes": "No. bytes", "nbytes_stored": "No. bytes stored",
     "storage_ratio": "Storage ratio", "chunks_initialized": "Chunks initialized",
