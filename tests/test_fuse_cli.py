@@ -359,3 +359,15 @@ def test_a_foreground_mount_says_only_where_it_mounted(major: str, tmp_path: Pat
             process.wait()
     assert process.returncode == 0
     assert said.splitlines() == [f"zfuse: memory:// mounted at {mountpoint}; Ctrl-C unmounts"]
+
+
+def test_list_shows_an_in_process_mount_by_its_store(tmp_path: Path, mountpoint: Path) -> None:
+    store = SQLiteStore(tmp_path / "data.sqlite")
+    try:
+        with zfuse.mounted(store, mountpoint):
+            listed = [e for e in _listed() if e["mountpoint"] == str(mountpoint)]
+            assert listed == [{"mountpoint": str(mountpoint), "url": repr(store),
+                               "pid": os.getpid(), "read_only": False, "status": "running"}]
+        assert not [e for e in _listed() if e["mountpoint"] == str(mountpoint)]
+    finally:
+        store.close()
