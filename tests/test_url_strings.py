@@ -7,6 +7,7 @@ a test passes only when the bytes really went to the named backend.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pickle
 import threading
@@ -148,6 +149,24 @@ def test_zarr2_format_through_a_url(tmp_path):
     assert {"a/.zarray", "a/0", "a/1"} <= stored_keys(url)
 
 
+def test_zarr_awaits_our_file_system_directly(tmp_path):
+    array = zarr.create_array(f"lmdb://{tmp_path / 'direct.lmdb'}", shape=(2,), dtype="i1")
+    assert type(array.store.fs) is StoreFileSystem  # no AsyncFileSystemWrapper in between
+    assert array.store.fs.asynchronous
+
+
+def test_every_coroutine_has_its_own_synchronous_twin():
+    # fsspec turns a missing twin into a wrapper that awaits the coroutine,
+    # which here runs the twin: the two would wait on each other forever.
+    from fsspec.spec import AbstractFileSystem
+
+    coroutines = [name for name, value in vars(StoreFileSystem).items()
+                  if name.startswith("_") and asyncio.iscoroutinefunction(value)
+                  and hasattr(AbstractFileSystem, name[1:])]
+    assert "_cat_file" in coroutines
+    assert [name for name in coroutines if name[1:] not in vars(StoreFileSystem)] == []
+
+
 # ------------------------------------------------------------------- xarray
 def test_xarray_to_zarr_then_open_zarr(url):
     xarray = pytest.importorskip("xarray")
@@ -254,7 +273,7 @@ def test_threads_share_one_store(tmp_path):
 
     def open_in_thread(index):
         barrier.wait()  # all four alive at once: four thread ids, four fsspec instances
-        fs, _ = fsspec.url_to_fs(url)
+        fs, _ = fsspec.url_to_fs(url, asynchronous=True)  # as zarr asks: cached per thread
         fs.pipe_file(f"k{index}", b"v")
         stores.append((fs, fs.store))
 

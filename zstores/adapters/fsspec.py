@@ -18,6 +18,11 @@ The whole URL names one store; a group or array inside it is zarr's
 ``path=``, xarray's ``group=`` or dask's ``component=``.  Paths given to the
 file system's methods are keys of the store (``"group/array/zarr.json"``).
 
+The file system is asynchronous as well (an fsspec ``AsyncFileSystem``), so
+zarr calls it without fsspec's thread-per-call wrapper: stores that answer
+from memory (LMDB, Memory: ``Store.blocking`` is False) are called directly,
+as ``zarr_store`` calls them; the others in worker threads.
+
 One store per process: fsspec caches file system instances per thread, and
 LMDB (one environment per process), Zip and DBM (one writer lock) cannot
 open the same files twice, so every instance with the same URL and options
@@ -28,14 +33,16 @@ store again in its own process.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import errno
 import os
 import threading
-from collections.abc import Iterable
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, TypeVar
 
-from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+from fsspec.asyn import AsyncFileSystem
+from fsspec.spec import AbstractBufferedFile
 
 from ..base import Store, check_mode
 from ..errors import StoreNotFoundError
@@ -61,6 +68,8 @@ _FSSPEC_OPTIONS = frozenset({
 # "w-" found it absent once; a dask worker must do neither again.
 _MODE_IN_ANOTHER_PROCESS = {None: None, "r": "r", "r+": "r+", "a": "a", "w": "a", "w-": "a"}
 
+
+T = TypeVar("T")
 
 # --------------------------------------------------------- one store a process
 class _SharedStores:
@@ -106,6 +115,11 @@ class _SharedStores:
                 return open_store(url, mode="r", **options)
             except StoreNotFoundError:
                 return None
+
+    def peek(self, token: tuple[Any, ...]) -> Store | None:
+        """The open shared store for ``token``, without opening it (no lock: a dict read)."""
+        store = self._stores.get(token)
+        return None if store is None or store.closed else store
 
     def urls(self) -> list[str]:
         with self._lock:
@@ -163,7 +177,7 @@ def _missing(path: str) -> FileNotFoundError:
 
 
 # ------------------------------------------------------------- the file system
-class StoreFileSystem(AbstractFileSystem):
+class StoreFileSystem(AsyncFileSystem):
     """An fsspec file system over the ``zstores`` store a URL names.
 
     Parameters
@@ -202,7 +216,10 @@ class StoreFileSystem(AbstractFileSystem):
 
     def __init__(self, url: str | None = None, *, store_mode: str | None = None,
                  mode: str | None = None, **options: Any) -> None:
-        super().__init__(**{k: v for k, v in options.items() if k in _FSSPEC_OPTIONS})
+        own = {k: v for k, v in options.items() if k in _FSSPEC_OPTIONS}
+        super().__init__(**own)
+        # What a pickled copy passes on (an event loop does not travel).
+        self._fsspec_options = {k: v for k, v in own.items() if k == "asynchronous"}
         if not url:
             raise TypeError(
                 f"{type(self).__name__} needs the store URL, e.g. "
@@ -216,7 +233,7 @@ class StoreFileSystem(AbstractFileSystem):
             check_mode(self.store_mode)
         self.url = url
         self.store_options = {k: v for k, v in options.items() if k not in _FSSPEC_OPTIONS}
-        self._token = (
+        self._token: tuple[Any, ...] = (
             os.getpid(), url, self.store_mode,
             tuple(sorted((name, repr(value)) for name, value in self.store_options.items())),
         )
@@ -262,7 +279,8 @@ class StoreFileSystem(AbstractFileSystem):
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from the URL in the process that unpickles it (a dask
         # worker), never with a mode that would clear the store again.
-        options = {**self.store_options, "store_mode": _MODE_IN_ANOTHER_PROCESS[self.store_mode]}
+        options = {**self.store_options, **self._fsspec_options,
+                   "store_mode": _MODE_IN_ANOTHER_PROCESS[self.store_mode]}
         return _rebuild, (type(self), self.url, options)
 
     def __repr__(self) -> str:
@@ -373,6 +391,18 @@ class StoreFileSystem(AbstractFileSystem):
         except FileNotFoundError:
             return False
         return True
+
+    def isdir(self, path: Any) -> bool:
+        try:
+            return self.info(path)["type"] == "directory"
+        except FileNotFoundError:
+            return False
+
+    def isfile(self, path: Any) -> bool:
+        try:
+            return self.info(path)["type"] == "file"
+        except FileNotFoundError:
+            return False
 
     # ---------------------------------------------------------------- reads
     def cat_file(self, path: Any, start: int | None = None, end: int | None = None,
@@ -511,6 +541,64 @@ class StoreFileSystem(AbstractFileSystem):
             )
         return StoreFile(self, self._strip_protocol(path), mode=mode, block_size=block_size,
                          cache_options=cache_options, **kwargs)
+
+
+    # ------------------------------------------------- the asynchronous face
+    # What zarr's FsspecStore awaits.  Each runs its synchronous twin (which
+    # must be defined here: fsspec would otherwise make the twin a wrapper
+    # that awaits this coroutine, and each would wait on the other): at once
+    # for a store that answers from memory, else in a worker thread (also
+    # while the store is not open yet: opening may wait on disk or network).
+    async def _run(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        store = _SHARED.peek(self._token)
+        if store is not None and not store.blocking:
+            return method(*args, **kwargs)
+        return await asyncio.to_thread(method, *args, **kwargs)
+
+    async def _info(self, path: Any, **kwargs: Any) -> dict[str, Any]:
+        return await self._run(self.info, path)
+
+    async def _ls(self, path: Any, detail: bool = True, **kwargs: Any) -> list[Any]:
+        return await self._run(self.ls, path, detail)
+
+    async def _find(self, path: Any, maxdepth: int | None = None, withdirs: bool = False,
+                    **kwargs: Any) -> Any:
+        return await self._run(self.find, path, maxdepth, withdirs, kwargs.get("detail", False))
+
+    async def _exists(self, path: Any, **kwargs: Any) -> bool:
+        return await self._run(self.exists, path)
+
+    async def _isdir(self, path: Any) -> bool:
+        return await self._run(self.isdir, path)
+
+    async def _isfile(self, path: Any) -> bool:
+        return await self._run(self.isfile, path)
+
+    async def _cat_file(self, path: Any, start: int | None = None, end: int | None = None,
+                        **kwargs: Any) -> bytes:
+        return await self._run(self.cat_file, path, start, end)
+
+    async def _cat_ranges(self, paths: list[Any], starts: Any, ends: Any, max_gap: Any = None,
+                          batch_size: Any = None, on_error: str = "return",
+                          **kwargs: Any) -> list[Any]:
+        return await self._run(self.cat_ranges, paths, starts, ends, on_error=on_error)
+
+    async def _pipe_file(self, path: Any, value: bytes, mode: str = "overwrite",
+                         **kwargs: Any) -> None:
+        await self._run(self.pipe_file, path, value, mode)
+
+    async def _rm_file(self, path: Any, **kwargs: Any) -> None:
+        await self._run(self.rm_file, path)
+
+    async def _rm(self, path: Any, recursive: bool = False, batch_size: Any = None,
+                  maxdepth: int | None = None, **kwargs: Any) -> None:
+        await self._run(self.rm, path, recursive, maxdepth)
+
+    async def _mkdir(self, path: Any, create_parents: bool = True, **kwargs: Any) -> None:
+        """Nothing to do: a store's folders exist while keys lie below them."""
+
+    async def _makedirs(self, path: Any, exist_ok: bool = False) -> None:
+        """Nothing to do: a store's folders exist while keys lie below them."""
 
 
 class StoreFile(AbstractBufferedFile):
