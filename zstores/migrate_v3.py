@@ -1,0 +1,236 @@
+"""Migrate a Zarr format 2 hierarchy to format 3 in place, on any store: ``migrate_2to3``.
+
+Every ``.zgroup`` and ``.zarray`` (with its ``.zattrs``) gets a ``zarr.json``
+beside it, built by ``zstores.metadata_v3``; chunks are not touched (the
+arrays keep the ``v2`` chunk key encoding).  A group that held ``.zmetadata``
+gets format 3 consolidated metadata in its ``zarr.json``, which
+zarr-python 3's own ``migrate_v2_to_v3`` refuses to do.
+
+The migration is all or nothing before it writes: every document is built and
+checked first, so an array format 3 cannot express (an object dtype ...)
+stops it with nothing written.  The ``zarr.json`` keys are then written in one
+``setitems`` (one transaction on SQLite and LMDB), deepest first, so on other
+stores a crash leaves at worst some extra ``zarr.json`` beside intact v2
+metadata; running again completes it (a ``zarr.json`` equal to the one it
+would write is accepted, any other is refused).  The v2 documents are
+deleted only when asked, after every ``zarr.json`` is written.
+
+Examples
+--------
+>>> import zstores
+>>> store = zstores.MemoryStore()
+>>> zstores.init_group(store)
+>>> zstores.init_array(store, shape=(4,), chunks=(2,), dtype="<f8", path="t")
+>>> result = migrate_2to3(store, remove_v2_metadata=True)
+>>> sorted(result.written), result.removed
+(['t/zarr.json', 'zarr.json'], ['.zgroup', 't/.zarray'])
+>>> sorted(store)
+['t/zarr.json', 'zarr.json']
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import metadata_v3
+from .base import Store
+from .hierarchy import MetadataError
+
+__all__ = ["V2_METADATA_NAMES", "Migration", "migrate_2to3", "plan_2to3"]
+
+ARRAY, GROUP, ATTRS, CONSOLIDATED = ".zarray", ".zgroup", ".zattrs", ".zmetadata"
+#: The key names of format 2 metadata, removed by ``remove_v2_metadata=True``.
+V2_METADATA_NAMES = frozenset({ARRAY, GROUP, ATTRS, CONSOLIDATED})
+
+
+@dataclass
+class Migration:
+    """What a migration writes and removes.
+
+    ``written`` maps each new ``zarr.json`` key to its bytes (deepest first,
+    the root last); ``unchanged`` lists the ``zarr.json`` keys already holding
+    exactly those bytes (a second run); ``removed`` the v2 keys deleted (or,
+    in a plan, to delete); ``arrays``/``groups``/``consolidated`` count nodes
+    and the groups that received consolidated metadata.
+    """
+
+    written: dict[str, bytes] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    arrays: int = 0
+    groups: int = 0
+    consolidated: list[str] = field(default_factory=list)
+
+
+def _split(key: str) -> tuple[str, str]:
+    """``(node path, name)`` of a metadata key."""
+    path, _, name = key.rpartition("/")
+    return path, name
+
+
+def _prefix(path: str) -> str:
+    return f"{path}/" if path else ""
+
+
+def _decode(key: str, value: bytes) -> Any:
+    try:
+        return json.loads(bytes(value).decode("utf-8"))
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
+        raise MetadataError(f"{key!r} does not hold valid JSON: {error}") from None
+
+
+def _read_v2(store: Store) -> tuple[dict[str, Any], set[str]]:
+    """Every v2 metadata document, decoded, and the ``zarr.json`` keys present."""
+    keys = list(store.keys())
+    wanted = [key for key in keys if _split(key)[1] in V2_METADATA_NAMES]
+    existing = {key for key in keys if _split(key)[1] == metadata_v3.NODE_KEY}
+    values = store.getitems(wanted)
+    return {key: _decode(key, values[key]) for key in sorted(values)}, existing
+
+
+def _attributes(documents: Mapping[str, Any], path: str) -> dict[str, Any]:
+    key = _prefix(path) + ATTRS
+    attributes = documents.get(key, {})
+    if not isinstance(attributes, dict):
+        raise MetadataError(f"{key!r} must hold a JSON object, not {type(attributes).__name__}")
+    return attributes
+
+
+def _nodes(documents: Mapping[str, Any], store: Store) -> dict[str, dict[str, Any]]:
+    """Each node path's format 3 document; parents without ``.zgroup`` become groups."""
+    arrays = {_split(key)[0] for key in documents if _split(key)[1] == ARRAY}
+    groups = {_split(key)[0] for key in documents if _split(key)[1] == GROUP}
+    both = sorted(arrays & groups)
+    if both:
+        raise MetadataError(f"{_prefix(both[0])}.zarray and .zgroup are both in {store!r}: "
+                            "is it an array or a group?")
+    for path in list(arrays | groups):
+        # zarr-python 3 finds a node only through groups: give every ancestor one.
+        parts = path.split("/") if path else []
+        for depth in range(len(parts)):
+            ancestor = "/".join(parts[:depth])
+            if ancestor in arrays:
+                raise MetadataError(f"{ancestor!r} is an array with a node {path!r} below it "
+                                    f"in {store!r}")
+            groups.add(ancestor)
+    nodes = {path: metadata_v3.array_from_v2(documents[_prefix(path) + ARRAY],
+                                             _attributes(documents, path),
+                                             key=_prefix(path) + ARRAY)
+             for path in arrays}
+    nodes.update({path: metadata_v3.group_document(_attributes(documents, path))
+                  for path in groups})
+    return nodes
+
+
+def _consolidate(nodes: dict[str, dict[str, Any]], documents: Mapping[str, Any]) -> list[str]:
+    """Give every group that had ``.zmetadata`` format 3 consolidated metadata; their paths."""
+    done = []
+    for key in documents:
+        path, name = _split(key)
+        if name != CONSOLIDATED or not metadata_v3.is_group(nodes.get(path)):
+            continue
+        prefix = _prefix(path)
+        below = {other[len(prefix):]: document for other, document in nodes.items()
+                 if other != path and other.startswith(prefix)}
+        nodes[path] = metadata_v3.with_consolidated(nodes[path],
+                                                    metadata_v3.consolidated_field(below))
+        done.append(path)
+    return done
+
+
+def _depth(path: str) -> int:
+    return path.count("/") + 1 if path else 0
+
+
+def plan_2to3(store: Store) -> Migration:
+    """What ``migrate_2to3`` would write, computed without writing anything.
+
+    Raises
+    ------
+    MetadataError
+        If there is no v2 metadata, if an array cannot be expressed in format 3
+        (the message names its ``.zarray`` and why), or if a node already has a
+        different ``zarr.json``.
+
+    Examples
+    --------
+    >>> import zstores
+    >>> store = zstores.MemoryStore()
+    >>> zstores.init_group(store)
+    >>> sorted(plan_2to3(store).written), len(store)
+    (['zarr.json'], 1)
+    """
+    documents, existing = _read_v2(store)
+    if not any(_split(key)[1] in (ARRAY, GROUP) for key in documents):
+        raise MetadataError(f"no Zarr format 2 metadata (.zgroup or .zarray) in {store!r}: "
+                            "nothing to migrate")
+    nodes = _nodes(documents, store)
+    result = Migration(arrays=sum(1 for d in nodes.values() if d["node_type"] == "array"),
+                       groups=sum(1 for d in nodes.values() if d["node_type"] == "group"),
+                       consolidated=_consolidate(nodes, documents))
+    present = store.getitems([_prefix(path) + metadata_v3.NODE_KEY for path in nodes
+                              if _prefix(path) + metadata_v3.NODE_KEY in existing])
+    for path in sorted(nodes, key=lambda p: (-_depth(p), p)):
+        key, value = _prefix(path) + metadata_v3.NODE_KEY, metadata_v3.encode(nodes[path])
+        if key not in present:
+            result.written[key] = value
+        elif bytes(present[key]) == value:
+            result.unchanged.append(key)
+        else:
+            raise MetadataError(f"{key!r} already exists in {store!r} with other content "
+                                "(a format 3 node); nothing was written")
+    result.removed = [key for key in documents if _split(key)[1] in V2_METADATA_NAMES]
+    return result
+
+
+def migrate_2to3(store: Store, *, dry_run: bool = False,
+                 remove_v2_metadata: bool = False) -> Migration:
+    """Write format 3 metadata for the format 2 hierarchy in ``store``.
+
+    Parameters
+    ----------
+    store : zstores.Store
+        The store, open for writing (unless ``dry_run``).
+    dry_run : bool
+        Compute and return what would be written and removed; write nothing.
+    remove_v2_metadata : bool
+        After every ``zarr.json`` is written, delete the ``.zarray``,
+        ``.zgroup``, ``.zattrs`` and ``.zmetadata`` keys.  Without it both
+        sets stay, and zarr-python 2 still reads the hierarchy.
+
+    Returns
+    -------
+    Migration
+        ``removed`` is empty unless ``remove_v2_metadata`` (a dry run lists
+        what it would remove).
+
+    Raises
+    ------
+    MetadataError
+        As ``plan_2to3``; nothing is written then.
+
+    Examples
+    --------
+    >>> import numcodecs, zstores
+    >>> store = zstores.MemoryStore()
+    >>> zstores.init_array(store, shape=(3,), dtype=object, object_codec=numcodecs.VLenUTF8())
+    >>> migrate_2to3(store)
+    Traceback (most recent call last):
+    ...
+    zstores.hierarchy.MetadataError: '.zarray' cannot be written as Zarr format 3: object dtype '|O' (variable-length Python objects) has no format 3 data type
+    >>> sorted(store)
+    ['.zarray']
+    """
+    result = plan_2to3(store)
+    if not remove_v2_metadata:
+        result.removed = []
+    if dry_run:
+        return result
+    if result.written:
+        store.setitems(result.written)
+    if result.removed:
+        store.delitems(result.removed)
+    return result
