@@ -39,7 +39,7 @@ import stat
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from ..base import Buffer, Mode, Store
 from ..errors import (
@@ -49,6 +49,7 @@ from ..errors import (
     StoreFullError,
     StoreNotFoundError,
     UnsafePathError,
+    UnsupportedOperationError,
     ZStoresError,
 )
 from ..keys import is_chunk_key_segment
@@ -67,16 +68,19 @@ _RETRIES = 100
 _LONGEST_SAFE_SEGMENT = NAME_MAX // 4  # a UTF-8 character takes at most 4 bytes
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # all three are missing on Windows, where
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)  # DirectoryStore refuses to open (no dir_fd)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 # A folder opened only to reach what lies below it.  O_PATH (Linux) skips the
 # read-permission check and file setup: a cheaper open, usable as a dir_fd.
-_WALK = (getattr(os, "O_PATH", 0) or os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_WALK = (getattr(os, "O_PATH", 0) or os.O_RDONLY) | _DIRECTORY | _NOFOLLOW | _CLOEXEC
 # A folder opened to read its entries (scandir) or to fsync it.
-_LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_LIST = os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC
 # A value opened for reading.  O_NONBLOCK: a FIFO planted in the store must
 # not hang the reader (it is then refused as not a regular file).
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+_READ = os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC
 # A new temporary file: O_EXCL never follows a link either.
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
 # Errors that mean "no room left" on a local file system.
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 # openat(O_DIRECTORY | O_NOFOLLOW) answers ENOTDIR for a link on Linux, ELOOP
@@ -420,6 +424,12 @@ class DirectoryStore(Store):
         mode: Mode = "a",
     ) -> None:
         super().__init__(mode=mode)
+        if not _NOFOLLOW or os.open not in os.supports_dir_fd:
+            raise UnsupportedOperationError(
+                f"{type(self).__name__} needs descriptor-relative file calls (openat, "
+                "O_NOFOLLOW) to keep symbolic links from leading outside its folder; "
+                f"this system ({os.name}) has none"
+            )
         self._root = os.path.abspath(os.fsdecode(path))
         self._normalize_keys = bool(normalize_keys)
         self._fsync = bool(fsync)
@@ -460,10 +470,10 @@ class DirectoryStore(Store):
                     f"cannot create the folder {self._root!r}: a file is in the way"
                 ) from None
         # The root itself is followed if it is a link: the user named it.
-        return os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+        return os.open(self._root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
 
     def _root_has_keys(self) -> bool:
-        folder = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+        folder = os.open(self._root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
         try:
             return _first_key(folder) is not None
         finally:
@@ -499,7 +509,7 @@ class DirectoryStore(Store):
             ):
                 return False
             self._retired.append(self._root_fd)
-            self._root_fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+            self._root_fd = os.open(self._root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
             return True
 
     def _close(self) -> None:
@@ -615,14 +625,19 @@ class DirectoryStore(Store):
             "(remove the link, or open the folder it points to as a store of its own)"
         )
 
-    def _os_error(self, error: OSError, doing: str, key: str) -> OSError:
-        """``error`` with the store and key named; ``StoreFullError`` for a full disk."""
+    def _reraise(self, error: OSError, doing: str, key: str) -> NoReturn:
+        """Raise ``error`` again naming the store and key; ``StoreFullError`` for a full disk.
+
+        ``OSError(errno, message)`` builds the subclass of the errno
+        (``PermissionError`` for ``EACCES`` ...), so callers catch what they did.
+        Errors of zstores' own already name both and go up unchanged.
+        """
         if isinstance(error, ZStoresError):
-            return error
+            raise error
         message = f"{self!r}: cannot {doing} key {key!r}: {error.strerror or error}"
         if error.errno in _FULL:
-            return StoreFullError(error.errno, message + " (the file system is full)")
-        return OSError(error.errno, message)
+            raise StoreFullError(error.errno, message + " (the file system is full)") from error
+        raise OSError(error.errno, message) from error
 
     # ------------------------------------------------------------- conflicts
     def _ancestor_key(self, key: str) -> str | None:
@@ -699,7 +714,7 @@ class DirectoryStore(Store):
         try:
             return _read_all(fd, os.fstat(fd).st_size)
         except OSError as error:
-            raise self._os_error(error, "read", key) from error
+            self._reraise(error, "read", key)
         finally:
             os.close(fd)
 
@@ -732,7 +747,7 @@ class DirectoryStore(Store):
                 raise self._unsafe(key, key) from None
             if error.errno == errno.ENAMETOOLONG:
                 raise KeyError(key) from None
-            raise self._os_error(error, "open", key) from error
+            self._reraise(error, "open", key)
         try:
             is_file = stat.S_ISREG(os.fstat(fd).st_mode)
         except BaseException:
@@ -753,7 +768,7 @@ class DirectoryStore(Store):
                 return b""
             return _pread_all(fd, stop - first, first)
         except OSError as error:
-            raise self._os_error(error, "read", key) from error
+            self._reraise(error, "read", key)
         finally:
             os.close(fd)
 
@@ -766,7 +781,7 @@ class DirectoryStore(Store):
                 self._root_replaced(create=True)
                 continue  # a folder on the way was pruned, or the root is gone
             except OSError as error:
-                raise self._os_error(error, "write", key) from error
+                self._reraise(error, "write", key)
             try:
                 if self._write_in(chain, segments, key, name, value):
                     return
@@ -798,7 +813,7 @@ class DirectoryStore(Store):
             return False
         except OSError as error:
             self._prune(chain, segments)
-            raise self._os_error(error, "write", key) from error
+            self._reraise(error, "write", key)
         try:
             try:
                 _write_all(fd, value)
@@ -816,7 +831,7 @@ class DirectoryStore(Store):
             _unlink_quietly(temp, folder)
             self._prune(chain, segments)
             if isinstance(error, OSError):
-                raise self._os_error(error, "write", key) from error
+                self._reraise(error, "write", key)
             raise
         return True
 
@@ -840,7 +855,7 @@ class DirectoryStore(Store):
                 mode = _lstat_mode(name, chain[-1])
                 if mode is not None and stat.S_ISDIR(mode):  # a prefix, not a key
                     raise KeyError(key) from None
-                raise self._os_error(error, "delete", key) from error
+                self._reraise(error, "delete", key)
             self._prune(chain, segments)
         finally:
             _release(chain)
@@ -859,7 +874,7 @@ class DirectoryStore(Store):
         except OSError as error:
             if error.errno == errno.ENAMETOOLONG:
                 return None
-            raise self._os_error(error, "look up", key) from error
+            self._reraise(error, "look up", key)
         finally:
             _release(chain)
         if stat.S_ISLNK(info.st_mode):
