@@ -89,6 +89,9 @@ class _SharedStores:
         With ``mode`` None the store is opened ``"r+"`` by a read (so reading
         a URL that names nothing creates nothing) and ``"a"`` by a write.
         """
+        store = self._stores.get(token)  # every call passes here: no lock once open
+        if store is not None and not store.closed:
+            return store
         with self._lock:
             store = self._stores.get(token)
             if store is not None and not store.closed:
