@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pickle
-import shutil
-import socket
-import subprocess
-import sys
 import threading
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import missing_peer
+from cli_helpers import zstores_cmd
+from fuse_helpers import mountpoint, run_zfuse, zfuse_mounts  # noqa: F401 - a fixture
+from servers import free_port, private_mongodb, silent_server  # noqa: F401 - a fixture
 from zarr2_roundtrip import decode_array
 
 from zstores.errors import (
@@ -35,8 +33,9 @@ from zstores.errors import (
     StoreExistsError,
     StoreNotFoundError,
 )
-from zstores.stores.mongodb import PART_SIZE, MongoDBStore
+from zstores.stores.mongodb import PART_SIZE, MongoDBStore, client_url_options
 from zstores.testing import StoreTests
+from zstores.urls import StoreURLError, open_store
 
 pymongo = pytest.importorskip("pymongo")
 from pymongo import monitoring
@@ -57,78 +56,6 @@ def server_is_nx(mongodb_url) -> bool:
 
 def database_for(location: Path) -> str:
     return "zt_" + hashlib.sha1(str(location).encode()).hexdigest()[:16]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def nx_27017() -> str:
-    for candidate in (os.environ.get("ZSTORES_NX_27017"),
-                      str(Path(sys.executable).parent / "nx-27017"), shutil.which("nx-27017")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    missing_peer("nx-27017 is not installed (pip install nx-27017)")
-
-
-class MongoServer:
-    """A private nx-27017 on 127.0.0.1, its data in a file, that a test can stop and restart."""
-
-    def __init__(self, folder: Path) -> None:
-        self.binary = nx_27017()
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.url = f"mongodb://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with open(self.folder / "server.out", "ab") as log:
-            self.process = subprocess.Popen(
-                [self.binary, "--db", str(self.folder / "data.db"), "--host", "127.0.0.1",
-                 "-p", str(self.port), "--pid-file", str(self.folder / "server.pid"),
-                 "--log-file", str(self.folder / "server.log")],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )
-        client = pymongo.MongoClient(self.url, serverSelectionTimeoutMS=300)
-        deadline = time.monotonic() + 60
-        try:
-            while True:
-                try:
-                    client.admin.command("ping")
-                    return
-                except pymongo.errors.PyMongoError:
-                    if self.process.poll() is not None or time.monotonic() > deadline:
-                        raise AssertionError((self.folder / "server.out").read_text()) from None
-        finally:
-            client.close()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
-
-
-@pytest.fixture
-def private_mongodb(tmp_path):
-    servers: list[MongoServer] = []
-
-    def start() -> MongoServer:
-        server = MongoServer(tmp_path / f"server{len(servers)}")
-        servers.append(server)
-        server.start()
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def drop(url: str, databases) -> None:
@@ -498,11 +425,199 @@ def test_server_killed_in_the_middle_of_a_large_write(private_mongodb):
 def test_password_never_shown():
     port = free_port()  # nothing listens here
     url = f"mongodb://zarr-user:hunter2-secret@127.0.0.1:{port}/?authSource=admin"
-    with pytest.raises(StoreConnectionError) as info:
+    started = time.monotonic()
+    with pytest.raises(StoreConnectionError, match=r"within 0\.3 s \(serverSelectionTimeoutMS\)") as info:
         MongoDBStore(url, database="db", serverSelectionTimeoutMS=300)
+    assert time.monotonic() - started < 0.3 + MARGIN  # the lower of the two timeouts
     shown = "".join(traceback.format_exception(info.value))
     assert "hunter2-secret" not in shown
     assert f"mongodb://zarr-user:***@127.0.0.1:{port}/?authSource=admin db.zarr" in shown
+
+
+# ------------------------------------------- failing fast, clearly and typed
+SECRET = "pw-4-sure"
+MARGIN = 3.0  # seconds beyond connect_timeout for process and scheduling noise
+
+
+def chain_text(error: BaseException) -> str:
+    """str and repr of an error and of everything chained to it, and its traceback."""
+    shown, seen, current = [], set(), [error]
+    while current:
+        item = current.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        shown += [str(item), repr(item)]
+        current += [item.__cause__, item.__context__]
+    return "\n".join(shown) + "".join(traceback.format_exception(error))
+
+
+def open_fails(url: str, expected: type[BaseException], limit: float, **options):
+    """Open ``url``: the typed error within ``limit`` seconds, one line, no
+    password, no topology dump and no warning."""
+    started = time.monotonic()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(expected) as info:
+            open_store(url, **options)
+    elapsed = time.monotonic() - started
+    assert elapsed < limit, f"{url}: {elapsed:.1f} s"
+    message = str(info.value)
+    assert "\n" not in message and "Topology Description" not in message, message
+    assert SECRET not in chain_text(info.value)
+    assert not [w for w in caught if "pymongo" in str(w.filename) or "option" in str(w.message)]
+    return info.value
+
+
+def test_unreachable_server_fails_within_connect_timeout_not_30_s():
+    url = f"mongodb://zarr:{SECRET}@127.0.0.1:{free_port()}/?authSource=admin"
+    error = open_fails(f"{url}&connect_timeout=1", StoreConnectionError, 1 + MARGIN)
+    assert "no server answered within 1 s (connect_timeout)" in str(error)
+    assert "mongodb://zarr:***@127.0.0.1" in str(error) and len(str(error)) < 300
+    with silent_server() as port:  # accepts, never answers
+        open_fails(f"mongodb://127.0.0.1:{port}/?connect_timeout=1.5&connectTimeoutMS=60000",
+                   StoreConnectionError, 1.5 + MARGIN)
+    started = time.monotonic()
+    with pytest.raises(StoreConnectionError):  # the default: 5 s
+        MongoDBStore(f"mongodb://127.0.0.1:{free_port()}")
+    assert 4 < time.monotonic() - started < 5 + MARGIN
+
+
+def test_connect_timeout_leaves_later_calls_their_own_timeouts(private_mongodb):
+    server = private_mongodb()
+    store = MongoDBStore(server.url, database="db", connect_timeout=0.5,
+                         serverSelectionTimeoutMS=1500)
+    assert store.client.options.server_selection_timeout == 1.5
+    assert pickle.loads(pickle.dumps(store))._params()["connect_timeout"] == 0.5
+    server.stop()
+    started = time.monotonic()
+    with pytest.raises(StoreConnectionError):
+        store["a"]
+    assert 1.2 < time.monotonic() - started < 1.5 + MARGIN  # 1.5 s, not connect_timeout
+    store.close()
+    for bad in (0, -2, "1", float("inf")):
+        with pytest.raises(ValueError, match="connect_timeout"):
+            MongoDBStore(server.url, connect_timeout=bad)
+
+
+def test_unknown_options_are_refused_without_pymongo_warnings(mongodb_url):
+    secret_url = mongodb_url.replace("mongodb://", f"mongodb://u:{SECRET}@", 1)
+    error = open_fails(f"{secret_url}/?prefx=a", StoreURLError, 1.0)
+    message = str(error)
+    assert "unknown option 'prefx' for mongodb://" in message and "mongodb://u:***@" in message
+    for known in ("database", "collection", "connect_timeout", "serverselectiontimeoutms"):
+        assert known in message
+    open_fails(secret_url, StoreURLError, 1.0, serverSelectionTimeout=5)  # a keyword typo
+    with pytest.raises(StoreURLError, match="'database'.*MongoDBStore option"):
+        MongoDBStore(f"{mongodb_url}/?database=x")
+    for bad in ("w=-5", "tls=maybe", "maxPoolSize=many"):  # values pymongo would ignore
+        error = open_fails(f"{secret_url}/?{bad}", StoreURLError, 2.0)
+        assert bad.split("=")[0].lower() in str(error).lower()
+    # pymongo matches URI options case-insensitively; so do we.
+    assert "serverselectiontimeoutms" in client_url_options()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store = open_store(f"{mongodb_url}/?ServerSelectionTimeoutMs=2000&database=zt_opts")
+    assert store.client.options.server_selection_timeout == 2
+    store.close()
+
+
+def test_credentials_to_a_server_without_authentication(private_mongodb, caplog):
+    """nx-27017 implements no authentication (it answers saslStart without a payload,
+    which pymongo reads as a KeyError): the store says so in one typed line, and
+    the password shows nowhere."""
+    caplog.set_level("DEBUG")
+    server = private_mongodb()
+    url = server.url.replace("mongodb://", f"mongodb://zarr:{SECRET}@") + "/?authSource=admin"
+    error = open_fails(url, StoreConnectionError, 5 + MARGIN)
+    assert "mongodb://zarr:***@" in str(error)
+    assert SECRET not in caplog.text
+
+
+def test_every_public_call_with_the_server_down_is_typed(private_mongodb):
+    server = private_mongodb()
+    store = MongoDBStore(server.url, database="db", serverSelectionTimeoutMS=400)
+    store.setitems({"a/b": b"1", "c": b"2"})
+    server.stop()
+    calls = [lambda: store["a/b"], lambda: store.getitems(["a/b"]),
+             lambda: store.setitems({"x": b"1"}), lambda: store.delitems(["c"]),
+             lambda: store.__delitem__("c"), lambda: store.listdir("a"), lambda: list(store),
+             lambda: len(store), lambda: store.getsize(), lambda: store.getsize("c"),
+             lambda: store.rmdir("a"), lambda: store.rename("c", "d"),
+             lambda: store.rename("a", "e"), lambda: store.clear(), lambda: "c" in store]
+    for call in calls:
+        started = time.monotonic()
+        with pytest.raises(StoreConnectionError) as info:
+            call()
+        assert time.monotonic() - started < 5
+        assert not isinstance(info.value, pymongo.errors.PyMongoError)
+        assert "Topology Description" not in str(info.value)
+    store.close()
+
+
+def test_server_killed_during_a_large_setitems(private_mongodb):
+    """SIGKILL the server while a setitems of 2,000 keys is being written: the call
+    fails typed and in bounded time; after a restart each key holds its old
+    value or its new one, whole (MongoDB writes each document atomically; the
+    batch is not one transaction)."""
+    server = private_mongodb()
+    store = MongoDBStore(server.url, database="db")
+    keys = [f"k/{i}" for i in range(2000)]
+    old = {key: b"old " + key.encode() for key in keys}
+    store.setitems(old)
+    new = {key: b"new " + key.encode() * 50 for key in keys}
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            store.setitems(new)
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - checked below
+            outcome.append(error)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    # nx-27017 answers no query while it applies a bulk write, so the test
+    # cannot watch the write land: it kills the server a moment into it.
+    time.sleep(0.5)
+    in_flight = thread.is_alive()
+    server.kill()
+    killed = time.monotonic()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "setitems hung after the server died"
+    assert time.monotonic() - killed < 35  # at most one server selection (30 s default)
+    assert in_flight, "the batch was written before the server could be killed"
+    assert outcome and (outcome[0] is None or isinstance(outcome[0], StoreConnectionError)), outcome
+    server.start()
+    now = _once_reconnected(lambda: store.getitems(keys), timeout=40)
+    assert sorted(now) == sorted(keys)
+    changed = [key for key in keys if now[key] == new[key]]
+    assert all(now[key] in (old[key], new[key]) for key in keys)
+    print(f"killed mid-write: {len(changed)} of {len(keys)} keys new, outcome {outcome[0]!r}")
+    assert outcome[0] is not None or len(changed) == len(keys)
+    store.close()
+
+
+@pytest.mark.parametrize("case", ["dead port", "typo", "credentials"])
+def test_cli_and_zfuse_say_one_line_without_the_password(private_mongodb, mountpoint, case):
+    server = private_mongodb()
+    with_secret = server.url.replace("mongodb://", f"mongodb://zarr:{SECRET}@")
+    url = {"dead port": f"mongodb://zarr:{SECRET}@127.0.0.1:{free_port()}/?connect_timeout=1",
+           "typo": with_secret + "/?prefx=a",
+           "credentials": with_secret + "/?connect_timeout=2"}[case]
+    for command in (lambda: zstores_cmd("ls", url, timeout=60),
+                    lambda: run_zfuse("mount", url, str(mountpoint), timeout=60)):
+        started = time.monotonic()
+        done = command()
+        assert time.monotonic() - started < 2 + MARGIN + 5  # connect_timeout + interpreter start
+        code = getattr(done, "code", getattr(done, "returncode", None))
+        err = done.err if hasattr(done, "err") else done.stderr
+        out = done.out if hasattr(done, "out") else done.stdout
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code != 0 and len(lines) == 1, err
+        assert SECRET not in out + err and "mongodb://zarr:***@" in err
+        assert "Warning" not in err and "Traceback" not in err
+    assert str(mountpoint) not in zfuse_mounts()
 
 
 # ------------------------------------------------ zarr-python 2 compatibility

@@ -578,9 +578,11 @@ def test_server_killed_during_a_large_setitems(private_redis):
         if any(int(c.get("qbuf", 0)) > (1 << 20) or c.get("cmd") in ("multi", "mset")
                for c in clients if c.get("name") != "admin"):
             break
+    in_flight = thread.is_alive()
     server.kill()
     killed = time.monotonic()
     thread.join(timeout=30)
+    assert in_flight, "the batch was written before the server could be killed"
     assert not thread.is_alive(), "setitems hung after the server died"
     assert time.monotonic() - killed < 10
     admin.close()
@@ -589,8 +591,8 @@ def test_server_killed_during_a_large_setitems(private_redis):
     new = store.getitems(list(batch))
     assert new in ({}, batch), f"{len(new)} of {len(batch)} keys of one batch"
     assert store.getitems(["old/0", "old/1"]) == {"old/0": b"kept", "old/1": b"kept too"}
-    if outcome[0] is not None:
-        assert new == {}, "a failed setitems left its batch"
+    # (A failed call may still have landed whole: the server can die after
+    # EXEC ran and before its reply left.)
     store.close()
 
 

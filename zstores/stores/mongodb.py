@@ -183,9 +183,19 @@ class MongoDBStore(Store):
         ``"r+"`` require it, ``"w-"`` refuses it, ``"w"`` deletes every
         document in it.  Mode ``"r"`` creates nothing and refuses writes
         before any round trip.
+    connect_timeout : float
+        Seconds the check at open may take: the store runs one ``ping``
+        command, server selection included, and refuses to open with
+        ``StoreConnectionError`` when no server answers in time or the
+        credentials are refused.  Later calls keep the client's own timeouts
+        (``serverSelectionTimeoutMS``, 30 s by default).  A URL option of
+        ``open_store`` too (``mongodb://host/?connect_timeout=2``).
     **client_kwargs
         Passed to ``pymongo.MongoClient`` (``serverSelectionTimeoutMS``,
-        ``tls`` ...); only with a URL.
+        ``tls`` ...); only with a URL.  Unknown names, here or in the URL's
+        query (matched case-insensitively, as pymongo does), are refused
+        (``StoreURLError``) with the list of those pymongo takes, instead of
+        pymongo's warning.
 
     Notes
     -----
@@ -199,11 +209,18 @@ class MongoDBStore(Store):
 
     A store pickles its URL, names and options, never a connection, so it can
     be sent to worker processes (``supports_process_writers``); a store built
-    from a ready client cannot be pickled (``TypeError``).  When the server
-    is down or restarting, the call raises ``StoreConnectionError`` (a
+    from a ready client cannot be pickled (``TypeError``).
+
+    No pymongo exception reaches the caller: when the server is down or
+    restarting, the call raises ``StoreConnectionError`` (a
     ``ConnectionError``) naming the URL without its password, after the
-    client's ``serverSelectionTimeoutMS`` (pymongo's default is 30 s); the
-    next call after the server is back works.
+    client's ``serverSelectionTimeoutMS`` (pymongo's default is 30 s), and
+    the next call after the server is back works; refused credentials are
+    ``StoreConnectionError`` too; a full disk on the server is
+    ``StoreFullError``; a command the user may not run is ``StoreIOError``
+    with ``EACCES``, any other refusal ``StoreIOError``.  Messages leave out
+    pymongo's topology description; pymongo's exception is chained unless
+    its text shows a password.
 
     Examples
     --------
@@ -293,16 +310,25 @@ class MongoDBStore(Store):
                 raise typed from None
         for warning in caught:
             text = str(warning.message)
-            if "nknown option" in text or "not a valid" in text.lower():
+            for secret in secrets_of(url):
+                text = text.replace(secret, "***")
+            # A UserWarning here is the URI parser ignoring an option or its
+            # value ("The value of w must be a non negative integer").
+            if issubclass(warning.category, UserWarning):
                 client.close()
-                raise StoreURLError(f"MongoDBStore {self._where}: {text}")
+                raise StoreURLError(f"MongoDBStore {self._where}: the client refused an option: "
+                                    f"{' '.join(text.split())}")
             _log.info("pymongo warned while opening %s: %s", self._where, text)
         return client
 
     def _ping(self) -> None:
         """One ``ping`` command within ``connect_timeout`` seconds (server selection included)."""
         pymongo = _import_pymongo()
-        timeout = self._connect_timeout
+        # pymongo.timeout() replaces the client's serverSelectionTimeoutMS
+        # rather than capping it: keep the lower of the two.
+        timeout, option = self._connect_timeout, "connect_timeout"
+        if self._client.options.server_selection_timeout < timeout:
+            timeout, option = self._client.options.server_selection_timeout, "serverSelectionTimeoutMS"
         try:
             with pymongo.timeout(timeout):
                 self._client.admin.command("ping")
@@ -311,7 +337,7 @@ class MongoDBStore(Store):
                     or isinstance(error, pymongo.errors.NetworkTimeout):
                 typed: Exception = backend_error(
                     StoreConnectionError, self._store_name(),
-                    f"no server answered within {timeout:g} s (connect_timeout)",
+                    f"no server answered within {timeout:g} s ({option})",
                     self._secrets(), error, detail=_short(error))
             else:
                 typed = self._typed_error(error)

@@ -174,9 +174,17 @@ class RedisStore(Store):
         ``"r"`` and ``"r+"`` require one, ``"w-"`` refuses one, ``"w"``
         deletes every key under the prefix.  Mode ``"r"`` refuses writes
         before any round trip.
+    connect_timeout : float
+        Seconds the check at open may take: the store sends one ``PING`` on
+        a connection of its own (no retries) and refuses to open, with
+        ``StoreConnectionError``, when the server does not answer in time,
+        refuses the connection or the credentials.  A URL option of
+        ``open_store`` too (``redis://host/0?connect_timeout=2``).
     **client_kwargs
         Passed to ``redis.Redis.from_url`` (``socket_timeout``,
-        ``ssl_ca_certs``, ``ssl_cert_reqs`` ...); only with a URL.
+        ``ssl_ca_certs``, ``ssl_cert_reqs`` ...); only with a URL.  Unknown
+        names, here or in the URL's query, are refused (``StoreURLError``)
+        with the list of those redis-py takes (``client_url_options``).
 
     Notes
     -----
@@ -186,11 +194,19 @@ class RedisStore(Store):
     (``supports_process_writers``) and reopens with mode ``"a"`` (``"r"`` if
     read-only); a store built from a ready client cannot
     be pickled (``TypeError``), because a client's credentials and options
-    cannot be recovered faithfully.  When the server is down, restarting or
-    refuses the credentials, the call raises ``StoreConnectionError`` (a
-    ``ConnectionError``) naming the URL without its password; the next call
-    reconnects by itself.  Values are limited to Redis' 512 MiB strings
-    (``max_value_size``), checked before anything is sent.
+    cannot be recovered faithfully.
+
+    No redis-py exception reaches the caller: when the server is down,
+    restarting or refuses the credentials, the call raises
+    ``StoreConnectionError`` (a ``ConnectionError``) naming the URL without
+    its password, and the next call reconnects by itself; a server out of
+    memory (``maxmemory`` with the ``noeviction`` policy) raises
+    ``StoreFullError`` (``ENOSPC``): the refused write changed nothing, and
+    deleting keys frees room; a command the server's ACL denies raises
+    ``StoreIOError`` with ``EACCES``, any other refusal ``StoreIOError``.
+    The redis-py exception is chained unless its text shows a password.
+    Values are limited to Redis' 512 MiB strings (``max_value_size``),
+    checked before anything is sent.
 
     Examples
     --------
