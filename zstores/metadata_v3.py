@@ -334,7 +334,9 @@ def array_from_v2(zarray: Mapping[str, Any], attributes: Mapping[str, Any] | Non
     """The format 3 ``zarr.json`` equivalent to a v2 array: same chunks, same bytes.
 
     Chunk keys stay where v2 put them (``v2`` chunk key encoding with the
-    array's ``dimension_separator``), so no chunk is rewritten.  Fields are in
+    array's ``dimension_separator``), so no chunk is rewritten.  xarray's
+    ``_ARRAY_DIMENSIONS`` attribute becomes the ``dimension_names`` field, where
+    xarray looks for it in format 3.  Fields are in
     zarr-python 3's order; ``key`` names the ``.zarray`` in error messages.
 
     Raises
@@ -360,15 +362,47 @@ def array_from_v2(zarray: Mapping[str, Any], attributes: Mapping[str, Any] | Non
             raise
         raise _refuse(key, f"malformed .zarray ({error!r})") from None
     separator = zarray.get("dimension_separator") or "."
-    return {
+    attributes, dimension_names = _dimension_names(attributes, len(shape))
+    document = {
         "shape": shape,
         "data_type": data_type(dtype, key),
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
         "chunk_key_encoding": {"name": "v2", "configuration": {"separator": separator}},
         "fill_value": fill_value(zarray.get("fill_value"), dtype),
         "codecs": _codecs(zarray, dtype, key),
-        "attributes": dict(attributes or {}),
+        "attributes": attributes,
+        "dimension_names": dimension_names,
         "zarr_format": 3,
         "node_type": "array",
         "storage_transformers": [],
     }
+    if dimension_names is None:
+        del document["dimension_names"]
+    return document
+
+
+#: The attribute xarray keeps a v2 array's dimension names in; format 3 has a field.
+XARRAY_DIMENSIONS = "_ARRAY_DIMENSIONS"
+
+
+def _dimension_names(attributes: Mapping[str, Any] | None,
+                     ndim: int) -> tuple[dict[str, Any], list[str] | None]:
+    """The attributes without xarray's ``_ARRAY_DIMENSIONS``, and the names it held.
+
+    xarray reads a format 3 array's dimensions from ``dimension_names`` only
+    (and writes no such attribute there), so a well-formed one (a name per
+    dimension) moves into the field; anything else stays an attribute.
+
+    Examples
+    --------
+    >>> _dimension_names({"_ARRAY_DIMENSIONS": ["t", "x"], "units": "K"}, 2)
+    ({'units': 'K'}, ['t', 'x'])
+    >>> _dimension_names({"_ARRAY_DIMENSIONS": ["t"]}, 2)
+    ({'_ARRAY_DIMENSIONS': ['t']}, None)
+    """
+    attributes = dict(attributes or {})
+    names = attributes.get(XARRAY_DIMENSIONS)
+    if isinstance(names, list) and len(names) == ndim and all(isinstance(n, str) for n in names):
+        del attributes[XARRAY_DIMENSIONS]
+        return attributes, names
+    return attributes, None

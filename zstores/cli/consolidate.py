@@ -1,9 +1,12 @@
-"""``zstores consolidate URL``: write ``.zmetadata``, every metadata document in one key.
+"""``zstores consolidate URL``: every metadata document of the hierarchy in one key.
 
-The work is ``zstores.consolidate_metadata``'s: the document is what
-zarr-python 2's ``consolidate_metadata`` writes (every ``.zarray``,
-``.zgroup`` and ``.zattrs`` of the store, as sorted JSON with a 4-space
-indent).
+The work is ``zstores.consolidate_metadata``'s.  Zarr format 2: the key
+``.zmetadata``, what zarr-python 2's ``consolidate_metadata`` writes (every
+``.zarray``, ``.zgroup`` and ``.zattrs``, as sorted JSON with a 4-space
+indent).  Zarr format 3: the root ``zarr.json`` gains a
+``consolidated_metadata`` field listing every node's ``zarr.json``, what
+zarr-python 3's ``consolidate_metadata`` writes.  A hierarchy holding both
+(as ``zstores migrate --to 3`` leaves it) is consolidated in both.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 from ..wrappers import consolidate_metadata
 from ._common import add_url, open_url, shown, subcommand
-from ._meta import ARRAY_V2, CONSOLIDATED_V2, GROUP_V2
+from ._meta import ARRAY_V2, CONSOLIDATED_V2, GROUP_V2, NODE_V3
 from ._output import EXIT_OK, CommandError, plural
 
 __all__ = ["add_parser", "run"]
@@ -21,21 +24,38 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser = subcommand(
-        commands, "consolidate", common, help="write .zmetadata (consolidated metadata)",
-        description="Gather every .zarray, .zgroup and .zattrs document of the store into "
-        "the key .zmetadata, as zarr-python 2's consolidate_metadata does, so readers open "
-        "the whole hierarchy with one read.  Run it again after changing metadata.",
-        examples=["zstores consolidate data.zip", "zstores consolidate redis://localhost/0"],
+        commands, "consolidate", common, help="write consolidated metadata (v2 and v3)",
+        description="Gather every metadata document of the store into one key, so readers "
+        "open the whole hierarchy with one read: for Zarr format 2 the key .zmetadata (every "
+        ".zarray, .zgroup and .zattrs, as zarr-python 2's consolidate_metadata writes it); "
+        "for Zarr format 3 the consolidated_metadata field of the root zarr.json (every "
+        "node's zarr.json, as zarr-python 3's consolidate_metadata writes it).  Run it again "
+        "after changing metadata.",
+        examples=["zstores consolidate data.zip", "zstores consolidate redis://localhost/0",
+                  "zstores consolidate sqlite:///v3-data.sqlite"],
     )
     add_url(parser)
     parser.set_defaults(run=run)
 
 
+def _formats(store: Any, url: str) -> list[int]:
+    """The formats present at the root: 2 (.zgroup or .zarray), 3 (zarr.json)."""
+    formats = [2] if GROUP_V2 in store or ARRAY_V2 in store else []
+    if NODE_V3 in store:
+        formats.append(3)
+    if not formats:
+        raise CommandError(f"no zarr group or array at the root of {shown(url)} ({GROUP_V2}, "
+                           f"{ARRAY_V2} or {NODE_V3}): nothing to consolidate")
+    return formats
+
+
 def run(args: argparse.Namespace) -> int:
+    written = []
     with open_url(args.url, "r+") as store:
-        if GROUP_V2 not in store and ARRAY_V2 not in store:
-            raise CommandError(f"no zarr v2 group or array at the root of {shown(args.url)} "
-                               f"({GROUP_V2} or {ARRAY_V2}): nothing to consolidate")
-        count = len(consolidate_metadata(store).metadata["metadata"])
-    print(f"wrote {CONSOLIDATED_V2} with {plural(count, 'metadata document')}")
+        for zarr_format in _formats(store, args.url):
+            count = len(consolidate_metadata(store, zarr_format=zarr_format)
+                        .metadata["metadata"])
+            where = CONSOLIDATED_V2 if zarr_format == 2 else f"{NODE_V3} (consolidated_metadata)"
+            written.append(f"wrote {where} with {plural(count, 'metadata document')}")
+    print("\n".join(written))
     return EXIT_OK

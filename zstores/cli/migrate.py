@@ -1,32 +1,63 @@
-"""``zstores migrate URL``: upgrade a Zarr spec v1 array at the root to spec v2."""
+"""``zstores migrate URL [--to 2|3]``: upgrade Zarr metadata in place, chunks untouched.
+
+``--to 2`` (the default, as before) turns a spec v1 array at the root into
+spec v2 (``zstores.migrate_1to2``).  ``--to 3`` writes a ``zarr.json``
+beside every ``.zgroup``/``.zarray`` of a format 2 hierarchy
+(``zstores.migrate_v3.migrate_2to3``), consolidated metadata included;
+``--dry-run`` prints what would be written, ``--remove-v2-metadata`` deletes
+the v2 documents afterwards.
+"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ..hierarchy import migrate_1to2
+from ..hierarchy import MetadataError, migrate_1to2
+from ..migrate_v3 import Migration, migrate_2to3
 from ._common import add_url, open_url, shown, subcommand
 from ._meta import ARRAY_V2
-from ._output import EXIT_OK, CommandError
+from ._output import EXIT_OK, CommandError, plural
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser = subcommand(
-        commands, "migrate", common, help="upgrade a spec v1 array to spec v2",
-        description="Convert the Zarr storage specification v1 array at the root of the "
-        "store to spec v2: 'meta' becomes '.zarray' (its compression a numcodecs compressor) "
-        "and 'attrs' becomes '.zattrs'; chunks stay as they are.  A store already in v2 is "
-        "left alone.",
-        examples=["zstores migrate old-array/", "zstores migrate zip:///data/v1.zip"],
+        commands, "migrate", common, help="upgrade Zarr metadata (v1 -> v2, or v2 -> v3)",
+        description="Upgrade the Zarr metadata of the store in place; chunks are never "
+        "rewritten.  --to 2 (the default): the spec v1 array at the root becomes spec v2 "
+        "('meta' -> '.zarray' with a numcodecs compressor, 'attrs' -> '.zattrs').  --to 3: "
+        "every group and array of a Zarr format 2 hierarchy gets a format 3 zarr.json (its "
+        ".zattrs as attributes, dtype, fill value, order, filters and compressor as codecs, "
+        "chunk keys kept by the 'v2' chunk key encoding) and a group with .zmetadata gets "
+        "format 3 consolidated metadata.  Arrays format 3 cannot express (object or "
+        "structured dtypes ...) stop it before anything is written.  The v2 documents stay "
+        "unless --remove-v2-metadata is given.",
+        examples=["zstores migrate old-array/", "zstores migrate data.zarr --to 3 --dry-run",
+                  "zstores migrate sqlite:///data.sqlite --to 3 --remove-v2-metadata"],
     )
     add_url(parser)
+    parser.add_argument("--to", type=int, choices=(2, 3), default=2,
+                        help="the format to migrate to: 2 from spec v1 (default), 3 from v2")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="with --to 3: print what would be written and removed, "
+                        "write nothing")
+    parser.add_argument("--remove-v2-metadata", action="store_true",
+                        help="with --to 3: delete .zarray, .zgroup, .zattrs and .zmetadata "
+                        "once every zarr.json is written (zarr-python 2 can no longer read it)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.to == 3:
+        return _run_to_3(args)
+    if args.dry_run or args.remove_v2_metadata:
+        raise CommandError("--dry-run and --remove-v2-metadata apply to --to 3 only")
+    return _run_to_2(args)
+
+
+def _run_to_2(args: argparse.Namespace) -> int:
     with open_url(args.url, "r+") as store:
         if "meta" not in store:
             if ARRAY_V2 in store:
@@ -39,3 +70,32 @@ def run(args: argparse.Namespace) -> int:
     moved = "meta -> .zarray" + (", attrs -> .zattrs" if had_attrs else "")
     print(f"migrated {shown(args.url)} to spec v2: {moved}")
     return EXIT_OK
+
+
+def _run_to_3(args: argparse.Namespace) -> int:
+    with open_url(args.url, "r" if args.dry_run else "r+") as store:
+        try:
+            result = migrate_2to3(store, dry_run=args.dry_run,
+                                  remove_v2_metadata=args.remove_v2_metadata)
+        except MetadataError as error:
+            raise CommandError(f"{error}; nothing was written") from None
+    _report(result, shown(args.url), args.dry_run)
+    return EXIT_OK
+
+
+def _report(result: Migration, url: str, dry_run: bool) -> None:
+    would = "would write" if dry_run else "wrote"
+    for key, value in result.written.items():
+        print(f"{would} {key} ({plural(len(value), 'byte')})")
+        if dry_run:
+            print("  " + value.decode("ascii").replace("\n", "\n  "))
+    for key in result.unchanged:
+        print(f"{key} already up to date")
+    for key in result.removed:
+        print(f"{'would remove' if dry_run else 'removed'} {key}")
+    consolidated = (f", consolidated metadata in {len(result.consolidated)} "
+                    f"{'group' if len(result.consolidated) == 1 else 'groups'}"
+                    if result.consolidated else "")
+    verb = "would migrate" if dry_run else "migrated"
+    print(f"{verb} {url} to Zarr format 3: {plural(result.arrays, 'array')}, "
+          f"{plural(result.groups, 'group')}{consolidated}")

@@ -1,15 +1,18 @@
-"""Consolidated metadata: every ``.zarray``, ``.zgroup`` and ``.zattrs`` of a hierarchy in one key.
+"""Consolidated metadata: every metadata document of a hierarchy in one key.
 
-``consolidate_metadata`` writes ``.zmetadata`` in the layout zarr-python 2.18
-writes (and zarr-python 2 and 3 read with their ``open_consolidated``);
-``open_consolidated`` reads it back into a ``ConsolidatedStore``, which
+Zarr format 2: ``consolidate_metadata`` writes ``.zmetadata`` (every
+``.zarray``, ``.zgroup`` and ``.zattrs``) in the layout zarr-python 2.18
+writes, which zarr-python 2 and 3 read with their ``open_consolidated``.
+
+Zarr format 3: it writes the group's ``zarr.json`` again with a
+``consolidated_metadata`` field listing every node's ``zarr.json`` below it,
+as zarr-python 3 does (an extension of zarr-python 3, not part of the format
+3 specification; ``zstores.metadata_v3`` builds it), which zarr-python 3
+reads with ``zarr.open_consolidated`` or ``zarr.open_group(...,
+use_consolidated=True)``.
+
+``open_consolidated`` reads either back into a ``ConsolidatedStore``, which
 answers metadata reads from memory and passes chunk keys to the store.
-
-Zarr format 3 is not consolidated here: zarr-python 3 keeps a format 3
-group's consolidated metadata inside its ``zarr.json`` (an extension that is
-not part of the format 3 specification), so both functions refuse a format 3
-group with ``UnsupportedOperationError`` and point to zarr-python 3's own
-functions, which work on any store through ``zstores.zarr_store``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..base import Buffer, Mode, Store
-from ..errors import ReadOnlyError, UnsupportedOperationError
+from .. import metadata_v3
+from ..errors import ReadOnlyError
 from ..hierarchy import MetadataError, _json_bytes
 from ..keys import normalize_storage_path, prefix_of
 from .delegate import WrapperStore
@@ -33,6 +37,8 @@ METADATA_NAMES = frozenset({".zarray", ".zgroup", ".zattrs"})
 CONSOLIDATED_KEY = ".zmetadata"
 #: The ``zarr_consolidated_format`` written and understood.
 CONSOLIDATED_FORMAT = 1
+#: A format 3 node's metadata key; the consolidated group's own holds the document.
+NODE_KEY = metadata_v3.NODE_KEY
 
 
 def _name(key: str) -> str:
@@ -42,11 +48,18 @@ def _name(key: str) -> str:
 class ConsolidatedStore(WrapperStore):
     """A store whose Zarr metadata comes from one consolidated document held in memory.
 
-    Under ``path``, every ``.zarray``, ``.zgroup`` and ``.zattrs`` key is
-    answered from the document (encoded as zarr-python 2 encodes metadata);
-    one that the document lacks does not exist, even if the store has it.
-    Those keys and ``path/.zmetadata`` itself (read from the store) are
-    read-only: writing, deleting, renaming or removing one raises
+    Format 2 (a ``.zmetadata`` document): under ``path``, every ``.zarray``,
+    ``.zgroup`` and ``.zattrs`` key is answered from the document (encoded as
+    zarr-python 2 encodes metadata); one that the document lacks does not
+    exist, even if the store has it.  Those keys and ``path/.zmetadata``
+    itself (read from the store) are read-only.
+
+    Format 3 (a ``consolidated_metadata`` object): every ``zarr.json`` below
+    ``path`` is answered from the document (encoded as zarr-python 3 encodes
+    it; a sub-group's without consolidated metadata of its own, as the store
+    holds it); ``path/zarr.json`` itself is the store's and read-only.
+
+    Writing, deleting, renaming or removing a read-only key raises
     ``zstores.ReadOnlyError`` naming the key.  Every other key, and
     everything outside ``path``, passes through to the store, writable unless
     the mode is ``"r"``.
@@ -58,8 +71,11 @@ class ConsolidatedStore(WrapperStore):
     store : zstores.Store
         The store holding the hierarchy.  ``close()`` closes it too.
     metadata : Mapping
-        The consolidated document: ``{"metadata": {key: document},
-        "zarr_consolidated_format": 1}``, keys relative to ``path``.
+        The consolidated document, keys relative to ``path``: for format 2
+        ``{"metadata": {key: document}, "zarr_consolidated_format": 1}``; for
+        format 3 the ``consolidated_metadata`` object of ``path/zarr.json``,
+        ``{"kind": "inline", "must_understand": false, "metadata": {node path:
+        zarr.json document}}``.
     path : str
         The consolidated group's path ("" for the root).
     mode : {"r", "r+", "a", None}
@@ -104,14 +120,33 @@ class ConsolidatedStore(WrapperStore):
         super().__init__(store, mode=mode)
         self._path = normalize_storage_path(path)
         self._prefix = prefix_of(self._path)
-        self._consolidated_key = self._prefix + CONSOLIDATED_KEY
-        self._document = checked_document(metadata, self._consolidated_key)
+        self._zarr_format = document_format(metadata)
+        if self._zarr_format == 3:
+            self._consolidated_key = self._prefix + NODE_KEY
+            self._document = checked_document_v3(metadata, self._consolidated_key)
+            self._names: frozenset[str] = frozenset({NODE_KEY})
+        else:
+            self._consolidated_key = self._prefix + CONSOLIDATED_KEY
+            self._document = checked_document(metadata, self._consolidated_key)
+            self._names = METADATA_NAMES
         self._metadata: dict[str, bytes] = {}
         self._children: dict[str, set[str]] = {}
-        for relative, document in self._document["metadata"].items():
-            key = self._key(self._prefix + relative)
-            self._metadata[key] = _json_bytes(document)
+        for key, value in self._encoded_documents():
+            key = self._key(key)
+            self._metadata[key] = value
             self._add_ancestors(key)
+
+    def _encoded_documents(self) -> Iterable[tuple[str, bytes]]:
+        """``(key, bytes)`` of each document served, encoded as its zarr-python writes it."""
+        for relative, document in self._document["metadata"].items():
+            if self._zarr_format == 2:
+                yield self._prefix + relative, _json_bytes(document)
+            else:
+                # A sub-group's zarr.json in the store has no consolidated metadata; the
+                # empty one the listing gives it would hide its members from zarr-python.
+                if metadata_v3.is_group(document):
+                    document = metadata_v3.with_consolidated(document, None)
+                yield self._prefix + relative + "/" + NODE_KEY, metadata_v3.encode(document)
 
     def _add_ancestors(self, key: str) -> None:
         parts = key.split("/")
@@ -127,19 +162,25 @@ class ConsolidatedStore(WrapperStore):
 
     @property
     def metadata(self) -> Mapping[str, Any]:
-        """The consolidated document (do not modify it)."""
+        """The consolidated document (do not modify it); ``["metadata"]`` lists the nodes."""
         return self._document
+
+    @property
+    def zarr_format(self) -> int:
+        """2 for a ``.zmetadata`` document, 3 for a ``zarr.json`` consolidated_metadata."""
+        return self._zarr_format
 
     def _served(self, key: str) -> bool:
         """True for the keys answered from the document (present or not)."""
-        return _name(key) in METADATA_NAMES and key.startswith(self._prefix)
+        return (_name(key) in self._names and key.startswith(self._prefix)
+                and key != self._consolidated_key)
 
     def _read_only(self, key: str) -> bool:
         return self._served(key) or key == self._consolidated_key
 
     def _refuse(self, key: str) -> ReadOnlyError:
         return ReadOnlyError(
-            f"{key!r} is Zarr metadata, read-only in {type(self).__name__} (served from "
+            f"{key!r} is Zarr metadata, read-only in {type(self).__name__} (consolidated in "
             f"{self._consolidated_key!r}); change metadata in the store itself and run "
             "zstores.consolidate_metadata again"
         )
@@ -260,6 +301,25 @@ class ConsolidatedStore(WrapperStore):
         return {"path": self._path}
 
 
+def document_format(document: Any) -> int:
+    """3 for a format 3 ``consolidated_metadata`` object (it has ``kind``), else 2."""
+    return 3 if isinstance(document, Mapping) and "kind" in document \
+        and "zarr_consolidated_format" not in document else 2
+
+
+def checked_document_v3(document: Any, where: str) -> dict[str, Any]:
+    """The format 3 ``consolidated_metadata`` object, its node paths normalized, else MetadataError."""
+    listing = metadata_v3.check_consolidated_field(document, where)
+    normalized = {}
+    for path, node in listing.items():
+        try:
+            normalized[normalize_storage_path(path)] = node
+        except ValueError as error:
+            raise MetadataError(f"{where!r}: consolidated_metadata lists {path!r}, which is "
+                                f"not a valid path ({error})") from None
+    return {"kind": "inline", "must_understand": False, "metadata": normalized}
+
+
 def checked_document(document: Any, where: str) -> dict[str, Any]:
     """The consolidated document if it has format 1 and only metadata keys, else MetadataError."""
     if not isinstance(document, Mapping):
@@ -291,18 +351,6 @@ def _decode(key: str, value: bytes) -> Any:
         raise MetadataError(f"{key!r} does not hold valid JSON: {error}") from None
 
 
-def _refuse_format_3(store: Store, path: str) -> None:
-    prefix = prefix_of(path)
-    if prefix + "zarr.json" in store and prefix + ".zgroup" not in store:
-        where = f"{path!r}" if path else "the root"
-        raise UnsupportedOperationError(
-            f"{where} of {store!r} is a Zarr format 3 group (zarr.json): zstores consolidates "
-            "Zarr format 2 only; zarr-python 3 keeps format 3 consolidated metadata inside "
-            "zarr.json, so use zarr.consolidate_metadata(zstores.zarr_store(store)) and "
-            "zarr.open_consolidated on it"
-        )
-
-
 def _as_store(store: Store | str | os.PathLike[str], mode: str) -> tuple[Store, bool]:
     """The store, and whether it was opened here (from a URL or path)."""
     if isinstance(store, Store):
@@ -317,18 +365,75 @@ def _as_store(store: Store | str | os.PathLike[str], mode: str) -> tuple[Store, 
     )
 
 
-def consolidate_metadata(
-    store: Store | str | os.PathLike[str], path: str = "", *, mode: Mode = "r"
-) -> ConsolidatedStore:
-    """Write every Zarr format 2 metadata document under ``path`` into ``path/.zmetadata``.
+def _format_at(store: Store, path: str) -> int:
+    """The Zarr format of the node at ``path``: 3 if it has ``zarr.json`` and no ``.zgroup``."""
+    prefix = prefix_of(path)
+    return 3 if prefix + NODE_KEY in store and prefix + ".zgroup" not in store else 2
 
-    The document is ``{"metadata": {key: document}, "zarr_consolidated_format": 1}``
-    with keys relative to ``path``, in the JSON layout of zarr-python 2.18:
-    for ``path=""`` the bytes equal those of zarr-python 2.18's
-    ``zarr.consolidate_metadata``, and zarr-python 2 and 3 read it with
-    ``zarr.open_consolidated``.  zarr-python 3 also reads one at a sub-group's
-    path (``zarr.open_consolidated(..., path=path)``); zarr-python 2 reads
-    only the root's.
+
+def _check_format(zarr_format: int | None) -> None:
+    if zarr_format not in (None, 2, 3):
+        raise ValueError(f"invalid zarr_format {zarr_format!r}; expected 2, 3 or None "
+                         "(None: 3 if the group has zarr.json and no .zgroup, else 2)")
+
+
+def _metadata_documents(store: Store, prefix: str, names: frozenset[str],
+                        skip: str) -> dict[str, Any]:
+    """Every metadata document below ``prefix`` (but ``skip``), decoded, by key."""
+    store._check_open()
+    keys = [key for key in store._list_prefix(prefix) if _name(key) in names and key != skip]
+    values = store.getitems(keys)
+    return {key: _decode(key, value) for key, value in sorted(values.items())}
+
+
+def _consolidate_v2(store: Store, path: str) -> dict[str, Any]:
+    prefix = prefix_of(path)
+    found = _metadata_documents(store, prefix, METADATA_NAMES, prefix + CONSOLIDATED_KEY)
+    documents = {key[len(prefix):]: document for key, document in found.items()}
+    document = {"metadata": documents, "zarr_consolidated_format": CONSOLIDATED_FORMAT}
+    store[prefix + CONSOLIDATED_KEY] = _json_bytes(document)
+    return document
+
+
+def _consolidate_v3(store: Store, path: str) -> dict[str, Any]:
+    prefix = prefix_of(path)
+    key = prefix + NODE_KEY
+    try:
+        group = _decode(key, store[key])
+    except KeyError:
+        raise KeyError(f"no Zarr format 3 group at {path!r}: {key!r} is missing in "
+                       f"{store!r}") from None
+    if not metadata_v3.is_group(group):
+        raise MetadataError(f"{key!r} in {store!r} is not a Zarr format 3 group (node_type "
+                            f"{group.get('node_type') if isinstance(group, dict) else group!r})"
+                            "; only groups hold consolidated metadata")
+    found = _metadata_documents(store, prefix, frozenset({NODE_KEY}), key)
+    nodes = {node_key[len(prefix):-len(NODE_KEY) - 1]: document
+             for node_key, document in found.items()}
+    field = metadata_v3.consolidated_field(nodes)
+    store[key] = metadata_v3.encode(metadata_v3.with_consolidated(group, field))
+    return field
+
+
+def consolidate_metadata(
+    store: Store | str | os.PathLike[str], path: str = "", *, mode: Mode = "r",
+    zarr_format: int | None = None,
+) -> ConsolidatedStore:
+    """Gather every Zarr metadata document under the group at ``path`` into one.
+
+    Format 2: the document is ``path/.zmetadata``, ``{"metadata": {key:
+    document}, "zarr_consolidated_format": 1}`` with keys relative to
+    ``path``, in the JSON layout of zarr-python 2.18: for ``path=""`` the
+    bytes equal those of zarr-python 2.18's ``zarr.consolidate_metadata``, and
+    zarr-python 2 and 3 read it with ``zarr.open_consolidated``.  zarr-python 3
+    also reads one at a sub-group's path (``zarr.open_consolidated(...,
+    path=path)``); zarr-python 2 reads only the root's.
+
+    Format 3: ``path/zarr.json`` is written again with a
+    ``consolidated_metadata`` field listing every ``zarr.json`` below it by
+    node path, as zarr-python 3.1+ writes it (the same bytes as its
+    ``zarr.consolidate_metadata`` for the same hierarchy); zarr-python 3 reads
+    it with ``zarr.open_consolidated`` or ``use_consolidated=True``.
 
     Parameters
     ----------
@@ -339,6 +444,10 @@ def consolidate_metadata(
         The group whose hierarchy is consolidated ("" for the whole store).
     mode : {"r", "r+"}
         The mode of the returned ``ConsolidatedStore``.
+    zarr_format : {None, 2, 3}
+        Which metadata to consolidate; ``None`` (default): 3 if ``path`` has a
+        ``zarr.json`` and no ``.zgroup``, else 2.  A hierarchy with both (as
+        ``zstores migrate --to 3`` leaves it) is consolidated once per format.
 
     Returns
     -------
@@ -348,10 +457,10 @@ def consolidate_metadata(
 
     Raises
     ------
-    UnsupportedOperationError
-        If ``path`` is a Zarr format 3 group.
     MetadataError
-        If a metadata key does not hold JSON.
+        If a metadata key does not hold JSON, or (format 3) ``path`` is an array.
+    KeyError
+        Format 3 only: if ``path/zarr.json`` is missing.
 
     Examples
     --------
@@ -364,21 +473,24 @@ def consolidate_metadata(
     ['.zgroup', 'a/.zarray']
     >>> consolidated["a/.zarray"] == store["a/.zarray"]
     True
+
+    Format 3, with a hierarchy ``zstores migrate --to 3`` wrote:
+
+    >>> from zstores.migrate_v3 import migrate_2to3
+    >>> _ = migrate_2to3(store, remove_v2_metadata=True)
+    >>> consolidated = zstores.consolidate_metadata(store)
+    >>> consolidated.zarr_format, sorted(consolidated.metadata["metadata"])
+    (3, ['a'])
     """
     _check_open_mode(mode)
+    _check_format(zarr_format)
     store, owned = _as_store(store, "r+")
     try:
         path = normalize_storage_path(path)
-        prefix = prefix_of(path)
-        _refuse_format_3(store, path)
-        store._check_open()
-        keys = [key for key in store._list_prefix(prefix) if _name(key) in METADATA_NAMES]
-        values = store.getitems(keys)
-        documents = {
-            key[len(prefix):]: _decode(key, value) for key, value in sorted(values.items())
-        }
-        document = {"metadata": documents, "zarr_consolidated_format": CONSOLIDATED_FORMAT}
-        store[prefix + CONSOLIDATED_KEY] = _json_bytes(document)
+        if (zarr_format or _format_at(store, path)) == 3:
+            document = _consolidate_v3(store, path)
+        else:
+            document = _consolidate_v2(store, path)
         return ConsolidatedStore(store, document, path=path, mode=mode)
     except BaseException:
         if owned:
@@ -386,10 +498,30 @@ def consolidate_metadata(
         raise
 
 
+def _read_v2(store: Store, path: str) -> dict[str, Any] | None:
+    key = prefix_of(path) + CONSOLIDATED_KEY
+    try:
+        return _decode(key, store[key])
+    except KeyError:
+        return None
+
+
+def _read_v3(store: Store, path: str) -> dict[str, Any] | None:
+    key = prefix_of(path) + NODE_KEY
+    try:
+        group = _decode(key, store[key])
+    except KeyError:
+        return None
+    if not isinstance(group, dict) or group.get("consolidated_metadata") is None:
+        return None
+    return group["consolidated_metadata"]
+
+
 def open_consolidated(
-    store: Store | str | os.PathLike[str], path: str = "", mode: Mode = "r"
+    store: Store | str | os.PathLike[str], path: str = "", mode: Mode = "r",
+    zarr_format: int | None = None,
 ) -> ConsolidatedStore:
-    """Open a store with the metadata consolidated at ``path/.zmetadata``.
+    """Open a store with the metadata consolidated at ``path``.
 
     Parameters
     ----------
@@ -401,6 +533,10 @@ def open_consolidated(
     mode : {"r", "r+"}
         ``"r"`` read-only; ``"r+"`` lets chunk keys be written (metadata stays
         read-only).
+    zarr_format : {None, 2, 3}
+        Read ``path/.zmetadata`` (2) or the ``consolidated_metadata`` of
+        ``path/zarr.json`` (3); ``None`` (default): the first found, in that
+        order.
 
     Returns
     -------
@@ -411,11 +547,9 @@ def open_consolidated(
     Raises
     ------
     KeyError
-        If ``path/.zmetadata`` is missing (the message names it).
-    UnsupportedOperationError
-        If it is missing and ``path`` is a Zarr format 3 group.
+        If there is no consolidated metadata (the message names what is missing).
     MetadataError
-        If it is not a format 1 consolidated document.
+        If it is not a consolidated document zstores reads.
 
     Examples
     --------
@@ -428,26 +562,38 @@ def open_consolidated(
     >>> zstores.open_consolidated(store)
     Traceback (most recent call last):
     ...
-    KeyError: "no consolidated metadata: '.zmetadata' is missing in MemoryStore(mode='a'); write it with zstores.consolidate_metadata(store, path='')"
+    KeyError: "no consolidated metadata: '.zmetadata' is missing in MemoryStore(mode='a') and 'zarr.json' has no consolidated_metadata; write it with zstores.consolidate_metadata(store, path='')"
     """
     _check_open_mode(mode)
+    _check_format(zarr_format)
     store, owned = _as_store(store, mode)
     try:
         path = normalize_storage_path(path)
-        key = prefix_of(path) + CONSOLIDATED_KEY
-        try:
-            raw = store[key]
-        except KeyError:
-            _refuse_format_3(store, path)
-            raise KeyError(
-                f"no consolidated metadata: {key!r} is missing in {store!r}; write it with "
-                f"zstores.consolidate_metadata(store, path={path!r})"
-            ) from None
-        return ConsolidatedStore(store, _decode(key, raw), path=path, mode=mode)
+        document = _read_v2(store, path) if zarr_format in (None, 2) else None
+        if document is None and zarr_format in (None, 3):
+            document = _read_v3(store, path)
+        if document is None:
+            raise KeyError(f"no consolidated metadata: {_missing(store, path, zarr_format)}; "
+                           f"write it with zstores.consolidate_metadata(store, path={path!r})")
+        if zarr_format is not None and document_format(document) != zarr_format:
+            raise MetadataError(f"the consolidated metadata at {path!r} of {store!r} is not "
+                                f"format {zarr_format}")
+        return ConsolidatedStore(store, document, path=path, mode=mode)
     except BaseException:
         if owned:
             store.close()
         raise
+
+
+def _missing(store: Store, path: str, zarr_format: int | None) -> str:
+    prefix = prefix_of(path)
+    v2 = f"{prefix + CONSOLIDATED_KEY!r} is missing in {store!r}"
+    v3 = f"{prefix + NODE_KEY!r} has no consolidated_metadata"
+    if zarr_format == 2:
+        return v2
+    if zarr_format == 3:
+        return f"{v3} in {store!r}"
+    return f"{v2} and {v3}"
 
 
 def _check_open_mode(mode: str) -> None:
