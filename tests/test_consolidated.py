@@ -17,7 +17,6 @@ from zstores import (
     MemoryStore,
     ReadOnlyError,
     SQLiteStore,
-    UnsupportedOperationError,
     consolidate_metadata,
     open_consolidated,
 )
@@ -295,22 +294,116 @@ def test_invalid_modes():
         open_consolidated({".zmetadata": b"{}"})
 
 
-def test_format_3_groups_are_refused_with_the_way_out(tmp_path):
+# ------------------------------------------------------------------ format 3
+def zarr3_hierarchy(store):
+    """A format 3 hierarchy written by zarr-python 3: nested groups, attributes, NaN fill."""
     zarr = pytest.importorskip("zarr")
-    store = SQLiteStore(tmp_path / "v3.sqlite")
-    root = zarr.open_group(zstores.zarr_store(store), mode="w", zarr_format=3)
-    root.create_array("a", shape=(4,), chunks=(2,), dtype="i4")[:] = np.arange(4)
-    for call in (lambda: consolidate_metadata(store), lambda: open_consolidated(store)):
-        with pytest.raises(UnsupportedOperationError, match="Zarr format 3") as info:
-            call()
-        assert "zarr.consolidate_metadata(zstores.zarr_store(store))" in str(info.value)
-    # ... and the way out named in the message works on our store:
-    with pytest.warns(UserWarning, match="Consolidated metadata"):
-        zarr.consolidate_metadata(zstores.zarr_store(store))
-    again = zarr.open_consolidated(zstores.zarr_store(store))
-    assert again.metadata.consolidated_metadata is not None
-    np.testing.assert_array_equal(again["a"][:], np.arange(4))
-    store.close()
+    root = zarr.open_group(zstores.zarr_store(store), mode="w", zarr_format=3,
+                           attributes={"title": "données"})
+    g = root.create_group("g", attributes={"units": "K"})
+    g.create_group("h").create_array("b", shape=(3,), dtype="i2", fill_value=-1)[:2] = [5, 6]
+    a = root.create_array("a", shape=(5, 4), chunks=(2, 3), dtype="f8", fill_value=np.nan)
+    a[:3] = np.arange(12.0).reshape(3, 4)
+    root.create_group("empty")
+    return zarr
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part")
+def test_format_3_is_what_zarr_python_3_writes(tmp_path):
+    ours, theirs = SQLiteStore(tmp_path / "ours.sqlite"), SQLiteStore(tmp_path / "theirs.sqlite")
+    zarr = zarr3_hierarchy(ours)
+    zarr3_hierarchy(theirs)
+    zarr.consolidate_metadata(zstores.zarr_store(theirs))
+    consolidated = consolidate_metadata(ours)
+    assert consolidated.zarr_format == 3
+    assert sorted(consolidated.metadata["metadata"]) == ["a", "empty", "g", "g/h", "g/h/b"]
+    assert dict(ours.items()) == dict(theirs.items())  # every key, byte for byte
+    root = zarr.open_consolidated(zstores.zarr_store(ours))
+    assert root.metadata.consolidated_metadata is not None
+    np.testing.assert_array_equal(root["g/h/b"][:], [5, 6, -1])
+    ours.close(), theirs.close()
+
+
+def test_format_3_wrapper_serves_each_node_from_the_root(tmp_path):
+    inner = CountingStore()
+    zarr = zarr3_hierarchy(inner)
+    before = dict(inner.items())
+    consolidate_metadata(inner)
+    root_json = inner["zarr.json"]
+    store = open_consolidated(inner, mode="r+")
+    assert store.zarr_format == 3 and store["zarr.json"] == root_json  # the root is real
+    inner.reads = 0
+    for key in ("g/zarr.json", "a/zarr.json", "g/h/b/zarr.json", "empty/zarr.json"):
+        assert json.loads(store[key]) == json.loads(before[key])  # no consolidated_metadata
+        assert store[key] == before[key]  # encoded as zarr-python 3 encodes it
+    assert inner.reads == 0
+    with pytest.raises(KeyError):
+        store["nothing/zarr.json"]
+    for write, key in [(lambda: store.__setitem__("g/zarr.json", b"{}"), "g/zarr.json"),
+                       (lambda: store.__setitem__("zarr.json", b"{}"), "zarr.json"),
+                       (lambda: store.rmdir("g"), "g/h/b/zarr.json"),
+                       (lambda: store.__delitem__("a/zarr.json"), "a/zarr.json")]:
+        with pytest.raises(ReadOnlyError, match=repr(key)):
+            write()
+    store[".zattrs"] = b"{}"  # v2 names are plain keys in a format 3 wrapper
+    del store[".zattrs"]
+    # zarr-python 3 reads and writes chunks through the wrapper, metadata from memory
+    root = zarr.open_group(zstores.zarr_store(store), mode="r+")
+    root["a"][4] = 7.0
+    assert sorted(root.group_keys()) == ["empty", "g"]
+    assert sorted(root["g"].group_keys()) == ["h"]  # the sub-group's members are found
+    expected = np.full((5, 4), np.nan)
+    expected[:3] = np.arange(12.0).reshape(3, 4)
+    expected[4] = 7
+    np.testing.assert_array_equal(zarr.open_consolidated(zstores.zarr_store(inner))["a"][:],
+                                  expected)
+    assert dict(root["g"].attrs) == {"units": "K"}
+    assert store.listdir("g") == ["h", "zarr.json"]
+
+
+def test_format_3_pickle_and_subgroup(tmp_path):
+    inner = SQLiteStore(tmp_path / "p.sqlite")
+    zarr3_hierarchy(inner)
+    store = consolidate_metadata(inner, path="g", mode="r+")
+    assert sorted(store.metadata["metadata"]) == ["h", "h/b"]
+    assert "consolidated_metadata" not in json.loads(inner["zarr.json"])
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone == store and clone.metadata == store.metadata and clone.zarr_format == 3
+    assert clone["g/h/b/zarr.json"] == inner["g/h/b/zarr.json"]
+    assert repr(clone) == f"ConsolidatedStore({inner!r}, path='g', mode='r+')"
+    clone.close(), store.close()
+
+
+def test_format_3_missing_or_malformed_consolidated_metadata():
+    store = MemoryStore()
+    store["zarr.json"] = b'{"zarr_format": 3, "node_type": "group", "attributes": {}}'
+    with pytest.raises(KeyError, match="'zarr.json' has no consolidated_metadata"):
+        open_consolidated(store)
+    with pytest.raises(KeyError, match="'.zmetadata' is missing"):
+        open_consolidated(store, zarr_format=2)
+    store["zarr.json"] = json.dumps({"zarr_format": 3, "node_type": "group",
+                                     "consolidated_metadata": {"kind": "remote"}}).encode()
+    with pytest.raises(MetadataError, match="kind 'remote'"):
+        open_consolidated(store)
+    store["zarr.json"] = json.dumps({"zarr_format": 3, "node_type": "array"}).encode()
+    with pytest.raises(MetadataError, match="not a Zarr format 3 group"):
+        consolidate_metadata(store)
+    with pytest.raises(ValueError, match="invalid zarr_format 4"):
+        consolidate_metadata(store, zarr_format=4)
+
+
+def test_both_formats_side_by_side():
+    """After ``zstores migrate --to 3`` both sets of metadata exist: each consolidates."""
+    from zstores.migrate_v3 import migrate_2to3
+
+    store = MemoryStore()
+    hierarchy(store)
+    migrate_2to3(store)
+    assert consolidate_metadata(store).zarr_format == 2  # .zgroup present: format 2 first
+    v3 = consolidate_metadata(store, zarr_format=3)
+    assert sorted(v3.metadata["metadata"]) == ["a", "g"]
+    assert open_consolidated(store).zarr_format == 2
+    assert open_consolidated(store, zarr_format=3).metadata == v3.metadata
 
 
 def test_urls_are_opened_and_owned(tmp_path):
