@@ -326,10 +326,13 @@ class SQLiteStore(Store):
     Mode ``"r"`` leaves no files behind.  With a ``-wal`` present (a writer at
     work) it reads through SQLite's ``-wal`` and ``-shm``.  Otherwise, where
     the folder can be written, the ``-wal``/``-shm`` its reading creates are
-    removed on ``close()`` (unless another connection still uses them); on
-    read-only media the file is opened ``immutable``: no locks and no files,
-    and changes made meanwhile through another, writable path to the same
-    file are not seen (and must not happen while it is open).
+    removed on ``close()`` (unless another connection still uses them).  On
+    read-only media, or in a folder this user cannot write, where SQLite could
+    not create them, the file is opened ``immutable``: no locks and no files.
+    Such a store does not see changes made after it opened (by another user,
+    or through another, writable path to the same file), and must not be
+    used while a writer works on the file: SQLite may then read a mix of old
+    and new pages.
 
     ``":memory:"`` keeps the table in this process only: one connection,
     guarded by a lock; ``persistent`` is ``False`` and pickling copies the data.
