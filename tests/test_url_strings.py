@@ -8,6 +8,8 @@ a test passes only when the bytes really went to the named backend.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import os
 import pickle
 import threading
@@ -18,6 +20,9 @@ import fsspec
 import numpy as np
 import pytest
 import zarr
+from zarr.core.buffer import cpu
+from zarr.storage import FsspecStore
+from zarr.testing.store import StoreTests
 
 from zstores.adapters.fsspec import PROTOCOLS, StoreFileSystem, close_shared_stores
 from zstores.errors import InvalidKeyError, ReadOnlyError
@@ -394,3 +399,64 @@ def test_open_files(fs):
 def test_bad_keys_are_named(fs):
     with pytest.raises(InvalidKeyError, match="a/../b"):
         fs.pipe_file("a/../b", b"x")
+
+
+# ------------------------------------------------- zarr's own store suite
+def _synchronous(test):
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+def _run_async_tests(cls: type) -> type:
+    """zarr's suite expects pytest-asyncio: run each ``async def`` test on a loop of its own."""
+    for name in dir(cls):
+        test = getattr(cls, name)
+        if name.startswith("test_") and inspect.iscoroutinefunction(test):
+            setattr(cls, name, _synchronous(test))
+    return cls
+
+
+class FsspecSuite(StoreTests[FsspecStore, cpu.Buffer]):
+    """zarr.testing.store.StoreTests: zarr's FsspecStore over a URL string's file system."""
+
+    store_cls = FsspecStore
+    buffer_cls = cpu.Buffer
+    scheme: str
+
+    @pytest.fixture
+    def store_kwargs(self, tmp_path):
+        url = f"{self.scheme}://{tmp_path / unique('suite')}.{self.scheme}"
+        fs, path = fsspec.url_to_fs(url, asynchronous=True)
+        return {"fs": fs, "path": path}
+
+    @pytest.fixture
+    def store(self, open_kwargs):
+        return asyncio.run(self.store_cls.open(**open_kwargs))
+
+    @pytest.fixture
+    def store_not_open(self, store_kwargs):
+        return self.store_cls(**store_kwargs)
+
+    async def set(self, store, key, value) -> None:
+        store.fs.pipe_file(key, value.to_bytes())
+
+    async def get(self, store, key):
+        return self.buffer_cls.from_bytes(store.fs.cat_file(key))
+
+    def test_store_repr(self, store) -> None:
+        assert repr(store) == "<FsspecStore(StoreFileSystem, )>"
+
+    def test_store_supports_writes(self, store) -> None:
+        assert store.supports_writes
+
+    def test_store_supports_listing(self, store) -> None:
+        assert store.supports_listing
+
+
+for _scheme in ("lmdb", "sqlite"):
+    _name = f"TestZarrSuiteThroughURL_{_scheme}"
+    globals()[_name] = _run_async_tests(type(_name, (FsspecSuite,), {"scheme": _scheme}))
+del _scheme, _name

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
 from fsspec.asyn import AsyncFileSystem
-from fsspec.spec import AbstractBufferedFile
+from fsspec.spec import AbstractBufferedFile, make_instance
 
 from ..base import Store, check_mode
 from ..errors import StoreNotFoundError
@@ -219,10 +219,7 @@ class StoreFileSystem(AsyncFileSystem):
 
     def __init__(self, url: str | None = None, *, store_mode: str | None = None,
                  mode: str | None = None, **options: Any) -> None:
-        own = {k: v for k, v in options.items() if k in _FSSPEC_OPTIONS}
-        super().__init__(**own)
-        # What a pickled copy passes on (an event loop does not travel).
-        self._fsspec_options = {k: v for k, v in own.items() if k == "asynchronous"}
+        super().__init__(**{k: v for k, v in options.items() if k in _FSSPEC_OPTIONS})
         if not url:
             raise TypeError(
                 f"{type(self).__name__} needs the store URL, e.g. "
@@ -280,11 +277,21 @@ class StoreFileSystem(AsyncFileSystem):
         return self.url if not name.strip("/") else name
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Rebuilt from the URL in the process that unpickles it (a dask
-        # worker), never with a mode that would clear the store again.
-        options = {**self.store_options, **self._fsspec_options,
-                   "store_mode": _MODE_IN_ANOTHER_PROCESS[self.store_mode]}
-        return _rebuild, (type(self), self.url, options)
+        # Rebuilt from the URL and options in the process that unpickles it (a
+        # dask worker), never with a mode that would clear the store again.
+        kwargs = {name: value for name, value in self.storage_options.items() if name != "loop"}
+        for name in ("store_mode", "mode"):
+            if name in kwargs:
+                kwargs[name] = _MODE_IN_ANOTHER_PROCESS[kwargs[name]]
+        return make_instance, (type(self), self.storage_args, kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        # Equal when on the same store, whichever thread made them (fsspec's
+        # own token holds the thread of an asynchronous instance).
+        return type(other) is type(self) and other._token[1:] == self._token[1:]  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), *self._token[1:]))
 
     def __repr__(self) -> str:
         from ..urls import redact_url
@@ -641,7 +648,3 @@ class StoreFile(AbstractBufferedFile):
             self.fs.store[self.key] = b"".join(self._parts)
             self._parts = []
         return True
-
-
-def _rebuild(cls: type[StoreFileSystem], url: str, options: dict[str, Any]) -> StoreFileSystem:
-    return cls(url, **options)
