@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dbm.dumb
+import time
 import zipfile
 
 import pytest
+from servers import free_port, private_redis, silent_server  # noqa: F401 - a fixture
 
 from zstores.adapters import zarr_store
-from zstores.errors import StoreNotFoundError
+from zstores.errors import StoreConnectionError, StoreNotFoundError
 from zstores.stores.dbm import DBMStore
 from zstores.stores.directory import DirectoryStore, NestedDirectoryStore
 from zstores.stores.lmdb import LMDBStore
@@ -225,12 +227,40 @@ def test_redis_url_reaches_the_client_without_zstores_options(redis_url):
         open_store(url.replace("redis", "redix", 1))
 
 
-def test_redis_repr_hides_the_password(redis_url):
-    url = redis_url
-    secret_url = url.replace("redis://", "redis://user:s3cret@", 1)
-    store = open_store(f"{secret_url}{'&' if '?' in url else '?'}prefix=p")
+def test_redis_repr_hides_the_password(private_redis):
+    server = private_redis(password="s3cret")
+    store = open_store(f"{server.url('s3cret')}?prefix=p")
     assert "s3cret" not in repr(store)
     assert "s3cret" not in repr(zarr_store(store))
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "names"),
+    [
+        ("redis://:s3cret@127.0.0.1:{port}/0?prefx=a", ["prefix", "connect_timeout", "db"]),
+        ("rediss://:s3cret@127.0.0.1:{port}/0?ssl_ca_cert=x", ["ssl_ca_certs"]),
+        ("mongodb://u:s3cret@127.0.0.1:{port}/?databse=d", ["database", "authsource"]),
+        ("mongodb://u:s3cret@127.0.0.1:{port}/?w=-1", ["w"]),
+    ],
+)
+def test_network_url_options_are_checked_before_connecting(url, names):
+    """A typo is reported as such, at once, even when no server listens."""
+    started = time.monotonic()
+    with pytest.raises(StoreURLError) as caught:
+        open_store(url.format(port=free_port()))
+    assert time.monotonic() - started < 1
+    message = str(caught.value)
+    assert "s3cret" not in message and "***" in message and "\n" not in message
+    for name in names:
+        assert name in message.lower()
+
+
+def test_network_stores_take_connect_timeout_from_the_url():
+    started = time.monotonic()
+    with silent_server() as port, pytest.raises(StoreConnectionError, match="within 0.5 s"):
+        open_store(f"redis://127.0.0.1:{port}/0?connect_timeout=0.5")
+    assert time.monotonic() - started < 3
 
 
 # -------------------------------------------------------- entry-point plugins
