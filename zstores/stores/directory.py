@@ -32,13 +32,16 @@ The descriptor-relative calls need a POSIX system (Linux, macOS, the BSDs).
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
+import platform
 import re
 import stat
+import sys
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NoReturn
 
 from ..base import Buffer, Mode, Store
@@ -73,7 +76,8 @@ _DIRECTORY = getattr(os, "O_DIRECTORY", 0)  # DirectoryStore refuses to open (no
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 # A folder opened only to reach what lies below it.  O_PATH (Linux) skips the
 # read-permission check and file setup: a cheaper open, usable as a dir_fd.
-_WALK = (getattr(os, "O_PATH", 0) or os.O_RDONLY) | _DIRECTORY | _NOFOLLOW | _CLOEXEC
+_O_PATH = getattr(os, "O_PATH", 0)
+_WALK = (_O_PATH or os.O_RDONLY) | _DIRECTORY | _NOFOLLOW | _CLOEXEC
 # A folder opened to read its entries (scandir) or to fsync it.
 _LIST = os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC
 # A value opened for reading.  O_NONBLOCK: a FIFO planted in the store must
@@ -331,6 +335,64 @@ def _release(chain: list[int]) -> None:
     """Close the folder descriptors of a chain but its first (the store's root)."""
     for fd in chain[1:]:
         os.close(fd)
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+
+
+# RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH: no link anywhere on the path, no escape.
+_RESOLVE_SAFELY = 0x04 | 0x08
+# openat2's number where Linux uses the shared table of new system calls.
+_SYS_OPENAT2 = 437
+_SHARED_TABLE = {"x86_64", "aarch64", "arm64", "armv7l", "armv8l", "riscv64", "ppc64le",
+                 "ppc64", "s390x", "i686", "i386", "loongarch64"}
+
+
+def _find_openat2() -> Callable[[int, str, bool], int] | None:
+    """``openat2(dir_fd, path, for_stat)`` refusing every link on the path; None if absent.
+
+    It opens ``path`` for reading, or with ``O_PATH`` (for ``fstat`` only)
+    when ``for_stat`` is true.
+
+    One system call resolves a whole key path below the root, where walking
+    it takes two per folder.  Linux 5.6 and later; a container's seccomp
+    filter may refuse it (then the walk does all the work).
+    """
+    if sys.platform != "linux" or not _O_PATH or platform.machine() not in _SHARED_TABLE:
+        return None
+    try:
+        syscall = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    syscall.restype = ctypes.c_long
+    syscall.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,
+                        ctypes.c_size_t]
+    # The kernel only reads these: one pair serves every thread.
+    hows = (_OpenHow(_READ, 0, _RESOLVE_SAFELY),
+            _OpenHow(_O_PATH | _NOFOLLOW | _CLOEXEC, 0, _RESOLVE_SAFELY))
+    refs, size = [ctypes.byref(how) for how in hows], ctypes.sizeof(_OpenHow)
+
+    def openat2(dir_fd: int, path: str, for_stat: bool = False) -> int:
+        fd = syscall(_SYS_OPENAT2, dir_fd, path.encode(), refs[for_stat], size)
+        if fd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
+        return fd
+
+    top = os.open("/", os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    try:
+        os.close(openat2(top, ".", False))
+        os.close(openat2(top, ".", True))
+    except OSError:  # ENOSYS: before Linux 5.6; EPERM: refused by seccomp
+        return None
+    finally:
+        os.close(top)
+    return openat2
+
+
+_openat2 = _find_openat2()
 
 
 class DirectoryStore(Store):
@@ -710,16 +772,16 @@ class DirectoryStore(Store):
 
     # ------------------------------------------------------------ primitives
     def _get(self, key: str) -> bytes:
-        fd = self._open_value(key)
+        fd, size = self._open_value(key)
         try:
-            return _read_all(fd, os.fstat(fd).st_size)
+            return _read_all(fd, size)
         except OSError as error:
             self._reraise(error, "read", key)
         finally:
             os.close(fd)
 
-    def _open_value(self, key: str) -> int:
-        """An open file descriptor on the value of ``key``; KeyError if none."""
+    def _open_value(self, key: str) -> tuple[int, int]:
+        """An open file descriptor on the value of ``key`` and its size; KeyError if none."""
         try:
             return self._open_value_once(key)
         except KeyError:
@@ -727,17 +789,25 @@ class DirectoryStore(Store):
                 raise
         return self._open_value_once(key)
 
-    def _open_value_once(self, key: str) -> int:
+    def _open_value_once(self, key: str) -> tuple[int, int]:
         segments, name = _split(key)
         if not segments:  # a key at the root: no folder to open
             return self._open_file(key, self._root_fd, name)
+        if _openat2 is not None:
+            try:
+                return self._checked_value(key, _openat2(self._root_fd, key))
+            except OSError as error:
+                if error.errno == errno.ENOENT:
+                    raise KeyError(key) from None
+                # A link (ELOOP), a file where a folder should be (ENOTDIR),
+                # anything else: the walk finds which, and says so.
         chain = self._folders(key, segments, create=False)
         try:
             return self._open_file(key, chain[-1], name)
         finally:
             _release(chain)
 
-    def _open_file(self, key: str, parent: int, name: str) -> int:
+    def _open_file(self, key: str, parent: int, name: str) -> tuple[int, int]:
         try:
             fd = os.open(name, _READ, dir_fd=parent)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
@@ -748,20 +818,23 @@ class DirectoryStore(Store):
             if error.errno == errno.ENAMETOOLONG:
                 raise KeyError(key) from None
             self._reraise(error, "open", key)
+        return self._checked_value(key, fd)
+
+    def _checked_value(self, key: str, fd: int) -> tuple[int, int]:
+        """``fd`` and its size if it is a regular file; else close it and raise KeyError."""
         try:
-            is_file = stat.S_ISREG(os.fstat(fd).st_mode)
+            info = os.fstat(fd)
         except BaseException:
             os.close(fd)
             raise
-        if not is_file:  # a folder (a prefix), a FIFO, a device: not a value
+        if not stat.S_ISREG(info.st_mode):  # a folder (a prefix), a FIFO, a device
             os.close(fd)
             raise KeyError(key)
-        return fd
+        return fd, info.st_size
 
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
-        fd = self._open_value(key)
+        fd, size = self._open_value(key)
         try:
-            size = os.fstat(fd).st_size
             first = max(size + start, 0) if start < 0 else min(start, size)
             stop = size if length is None else min(first + length, size)
             if stop <= first:
@@ -863,6 +936,21 @@ class DirectoryStore(Store):
     def _stat_key(self, key: str) -> os.stat_result | None:
         """The ``lstat`` of ``key``'s file; None if missing or not a regular file."""
         segments, name = _split(key)
+        if _openat2 is not None and len(segments) > 1:  # one call instead of a walk
+            try:
+                fd = _openat2(self._root_fd, key, True)
+            except OSError as error:
+                if error.errno == errno.ENOENT:
+                    return None
+                # A link, a file on the way ...: the walk below finds which.
+            else:
+                try:
+                    info = os.fstat(fd)
+                finally:
+                    os.close(fd)
+                if stat.S_ISLNK(info.st_mode):  # O_PATH | O_NOFOLLOW opens a last link
+                    raise self._unsafe(key, key)
+                return info if stat.S_ISREG(info.st_mode) else None
         try:
             chain = self._folders(key, segments, create=False)
         except KeyError:
