@@ -371,3 +371,22 @@ def test_list_shows_an_in_process_mount_by_its_store(tmp_path: Path, mountpoint:
         assert not [e for e in _listed() if e["mountpoint"] == str(mountpoint)]
     finally:
         store.close()
+
+
+def test_a_runtime_folder_that_cannot_be_written_never_stops_a_mount(
+        tmp_path: Path, mountpoint: Path) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the runtime folder should be")
+    env = {"ZFUSE_RUNTIME_DIR": str(blocked / "zfuse")}
+    done = run_zfuse("mount", "memory://", str(mountpoint), env=env)
+    assert done.returncode == 0, done.stderr
+    try:
+        listed = [e for e in _listed() if e["mountpoint"] == str(mountpoint)]
+        done = run_zfuse("list", "--json", env=env)
+        assert done.returncode == 0 and not done.stderr, done.stderr
+        shown = [e for e in json.loads(done.stdout) if e["mountpoint"] == str(mountpoint)]
+        # Found in the mount table all the same, with its daemon; only the URL is unknown.
+        assert [(e["url"], e["status"]) for e in shown] == [(None, "running")]
+        assert shown[0]["pid"] == listed[0]["pid"] is not None
+    finally:
+        assert run_zfuse("unmount", str(mountpoint)).returncode == 0

@@ -102,6 +102,7 @@ def record(mountpoint: str, url: str, *, pid: int | None = None, read_only: bool
     entry = {"mountpoint": mountpoint, "url": url, "pid": os.getpid() if pid is None else pid,
              "read_only": bool(read_only), "since": time.time()}
     folder = runtime_dir()
+    temp = None
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         fd, temp = tempfile.mkstemp(prefix=".record.", dir=folder)
@@ -109,8 +110,9 @@ def record(mountpoint: str, url: str, *, pid: int | None = None, read_only: bool
             json.dump(entry, out)
         os.replace(temp, _record_path(mountpoint))  # readers never see half a record
     except OSError:
-        with contextlib.suppress(OSError, UnboundLocalError):
-            os.unlink(temp)
+        if temp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
 
 
 def forget(mountpoint: str, *, pid: int | None = None) -> None:
