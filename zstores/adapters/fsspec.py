@@ -481,7 +481,12 @@ class StoreFileSystem(AsyncFileSystem):
             raise _missing(name) from None
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
-        """Delete keys; ``recursive=True`` also deletes everything under a folder."""
+        """Delete keys; ``recursive=True`` also deletes everything under a folder.
+
+        A missing path is ``FileNotFoundError`` unless ``recursive`` (``rm -rf``):
+        zarr's ``FsspecStore.clear`` removes a folder and then each path found
+        below it, and stops at the first ``FileNotFoundError``.
+        """
         for item in path if isinstance(path, list) else [path]:
             self._rm_one(self._strip_protocol(item), recursive)
 
@@ -489,23 +494,21 @@ class StoreFileSystem(AsyncFileSystem):
         key = self._path(name)
         store = self._store(create=False)
         if store is None:
+            if recursive:
+                return
             raise _missing(name)
-        removed = False
         if key and key in store:
             del store[key]
-            removed = True
-        if recursive:
-            if store.listdir(key):
-                store.rmdir(key)
-                removed = True
-            elif not key:
-                removed = True  # an empty store: nothing to do
-        elif not removed and store.listdir(key):
+        elif recursive:
+            store.rmdir(key)  # nothing there: nothing to do
+        elif store.listdir(key):
             raise IsADirectoryError(
                 errno.EISDIR, "a folder of keys: pass recursive=True to delete it", name
             )
-        if not removed:
+        else:
             raise _missing(name)
+        if recursive and key and store.listdir(key):  # hierarchical stores cannot have both
+            store.rmdir(key)
 
     def mkdir(self, path: Any, create_parents: bool = True, **kwargs: Any) -> None:
         """Nothing to do: a store's folders exist while keys lie below them."""
