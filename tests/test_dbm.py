@@ -553,3 +553,45 @@ def test_python313_dbm_sqlite3_full_disk_is_typed(tmp_path):
     if out["delete"] == "failed":
         assert out["delete_errno"] == errno.ENOSPC and out["kept"]
     assert out["after"] and out["after_intact"]
+
+
+FLAVOUR_FULL_SCRIPT = """
+import importlib, json, sys
+from zstores.stores.dbm import DBMStore
+flavour, path = sys.argv[1], sys.argv[2]
+store = DBMStore(path, open=importlib.import_module(flavour).open, mode="w")
+out = {}
+try:
+    for n in range(100_000):
+        store[f"k/{n}"] = bytes(64 * 1024)
+except Exception as error:
+    out["error"] = [f"{c.__module__}.{c.__qualname__}" for c in type(error).__mro__]
+    out["errno"], out["message"] = error.errno, str(error)
+    out["cause"] = type(error.__cause__).__module__
+try:
+    store.close()
+except Exception as error:
+    out["close"] = [f"{c.__module__}.{c.__qualname__}" for c in type(error).__mro__]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("flavour", ["dbm.gnu", "dbm.ndbm"])
+def test_gnu_and_ndbm_full_disk_errors_are_typed(flavour):
+    """dbm.gnu and dbm.ndbm, under a Python that has them: a full disk is a StoreFullError.
+
+    (Their engines are not safe on a full disk: gdbm can lose the key whose
+    write failed, Berkeley DB values still in its cache; the docs say so.)
+    """
+    python = os.environ.get("ZSTORES_DBM_PYTHON") or str(ROOT / ".venv-system" / "bin" / "python")
+    if not os.path.exists(python):
+        pytest.skip(f"no Python with {flavour} at {python}")
+    with small_filesystem(16, "tmpfs") as fs:
+        done = subprocess.run([python, "-c", FLAVOUR_FULL_SCRIPT, flavour, str(fs / "db")],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert "zstores.errors.StoreFullError" in out["error"], out
+    assert out["errno"] == errno.ENOSPC and str(fs / "db") in out["message"]
+    assert out["cause"] in ("_gdbm", "_dbm", "dbm.gnu", "dbm.ndbm"), out
+    assert "close" not in out or "zstores.errors.StoreIOError" in out["close"], out
