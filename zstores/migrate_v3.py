@@ -181,7 +181,7 @@ def plan_2to3(store: Store) -> Migration:
             result.unchanged.append(key)
         else:
             raise MetadataError(f"{key!r} already exists in {store!r} with other content "
-                                "(a format 3 node); nothing was written")
+                                "than the migration would write (delete it to migrate again)")
     result.removed = [key for key in documents if _split(key)[1] in V2_METADATA_NAMES]
     return result
 
