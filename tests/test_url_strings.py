@@ -187,6 +187,8 @@ def test_xarray_to_zarr_then_open_zarr(url):
     dataset.to_zarr(url, group="run1", mode="w", consolidated=False)
     loaded = xarray.open_zarr(url, group="run1", consolidated=False).load()
     xarray.testing.assert_identical(loaded, dataset)
+    dataset.to_zarr(url, group="run2", mode="w")  # xarray's default: consolidated metadata
+    xarray.testing.assert_identical(xarray.open_zarr(url, group="run2").load(), dataset)
     assert any(key.startswith("run1/temperature/") for key in stored_keys(url))
 
 

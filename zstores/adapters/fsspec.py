@@ -23,10 +23,11 @@ zarr calls it without fsspec's thread-per-call wrapper: stores that answer
 from memory (LMDB, Memory: ``Store.blocking`` is False) are called directly,
 as ``zarr_store`` calls them; the others in worker threads.
 
-One store per process: fsspec caches file system instances per thread, and
-LMDB (one environment per process), Zip and DBM (one writer lock) cannot
-open the same files twice, so every instance with the same URL and options
-shares one store, opened on first use and closed when the interpreter exits.
+One store per process: fsspec caches file system instances per thread
+(those zarr asks for), while LMDB allows one environment per process and DBM
+one writer, so every instance with the same URL and options shares one
+store, opened on first use and closed when the interpreter exits.  Reading
+a URL that names no store opens nothing and creates nothing.
 A file system pickles to its URL and options, so a dask worker opens the
 store again in its own process.
 """
