@@ -9,9 +9,12 @@ commands tested are the current ones, installed as a user installs them.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ from conftest import missing_peer
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-plain"
+STAMP = VENV / "zstores-tree.sha256"  # the tree last installed there
 #: Optional packages that must be absent for these tests to mean anything.
 EXTRAS = {"zarr": "zarr", "mfusepy": "fuse", "fasteners": "sync", "redis": "redis",
           "pymongo": "mongodb"}
@@ -34,21 +38,41 @@ def _pip(*args: str) -> None:
                      f"{done.stderr.strip()[-300:]}")
 
 
+def _tree_digest() -> str:
+    digest = hashlib.sha256()
+    files = [ROOT / "pyproject.toml", *sorted((ROOT / "zstores").rglob("*.py")),
+             *sorted((ROOT / "zfuse").rglob("*.py"))]
+    for path in files:
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 @pytest.fixture(scope="module")
-def plain() -> Path:
+def plain() -> Iterator[Path]:
     """The bin folder of an environment with a plain, current ``pip install zstores``."""
+    # Test workers (pytest -n) share the environment: one installs, the others wait.
+    VENV.mkdir(exist_ok=True)  # python -m venv fills an existing folder
+    with open(VENV / "install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _install()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    yield VENV / "bin"
+
+
+def _install() -> None:
+    current = _tree_digest()
     if not (VENV / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, timeout=300)
         _pip(str(ROOT))  # first time: zstores and its required dependencies
-    else:
+    elif not STAMP.exists() or STAMP.read_text() != current:
         _pip("--no-deps", "--force-reinstall", str(ROOT))  # this tree's code, not an old copy
+    STAMP.write_text(current)
     present = subprocess.run(
         [str(VENV / "bin" / "python"), "-c",
          "import importlib.util as u, sys; "
          "print(' '.join(n for n in sys.argv[1:] if u.find_spec(n)))", *EXTRAS],
         capture_output=True, text=True, timeout=60, check=True).stdout.split()
     assert not present, f"{VENV} is not a plain install: it has {present}"
-    return VENV / "bin"
 
 
 def _run(plain: Path, *command: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

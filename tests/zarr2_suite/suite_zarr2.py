@@ -73,7 +73,8 @@ class TestZarr2Suite_nested_own(TestNestedDirectoryStore):  # noqa: N801 - parse
     """
 
     @pytest.fixture(autouse=True)
-    def _folder(self, tmp_path):
+    def _folder(self, tmp_path, monkeypatch):
+        monkeypatch.chdir(tmp_path)  # test_filesystem_path writes data/store in the working folder
         self._tmp = tmp_path
         self._numbers = itertools.count()
 
