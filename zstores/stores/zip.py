@@ -521,7 +521,10 @@ class ZipStore(Store):
         """
         start, end = self._tail
         tail = _central_directory(entries, start, self._comment)
-        old = os.pread(self._fd, end - start, start)
+        try:
+            old = os.pread(self._fd, end - start, start)
+        except OSError as error:
+            raise self._io_error("reading the central directory", error) from full
         try:
             _pwrite_all(self._fd, tail, start)
             if start + len(tail) < end:
