@@ -354,7 +354,7 @@ def _find_openat2() -> Callable[[int, str, bool], int] | None:
     """``openat2(dir_fd, path, for_stat)`` refusing every link on the path; None if absent.
 
     It opens ``path`` for reading, or with ``O_PATH`` (for ``fstat`` only)
-    when ``for_stat`` is true.
+    when ``for_stat`` is true, and returns the new descriptor or ``-errno``.
 
     One system call resolves a whole key path below the root, where walking
     it takes two per folder.  Linux 5.6 and later; a container's seccomp
@@ -375,18 +375,18 @@ def _find_openat2() -> Callable[[int, str, bool], int] | None:
     refs, size = [ctypes.byref(how) for how in hows], ctypes.sizeof(_OpenHow)
 
     def openat2(dir_fd: int, path: str, for_stat: bool = False) -> int:
+        # A miss is common (zarr probes for missing chunks): an errno costs
+        # less than raising an exception.
         fd = syscall(_SYS_OPENAT2, dir_fd, path.encode(), refs[for_stat], size)
-        if fd < 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code))
-        return fd
+        return fd if fd >= 0 else -ctypes.get_errno()
 
     top = os.open("/", os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     try:
-        os.close(openat2(top, ".", False))
-        os.close(openat2(top, ".", True))
-    except OSError:  # ENOSYS: before Linux 5.6; EPERM: refused by seccomp
-        return None
+        for for_stat in (False, True):
+            fd = openat2(top, ".", for_stat)
+            if fd < 0:  # ENOSYS: before Linux 5.6; EPERM: refused by seccomp
+                return None
+            os.close(fd)
     finally:
         os.close(top)
     return openat2
@@ -794,13 +794,13 @@ class DirectoryStore(Store):
         if not segments:  # a key at the root: no folder to open
             return self._open_file(key, self._root_fd, name)
         if _openat2 is not None:
-            try:
-                return self._checked_value(key, _openat2(self._root_fd, key))
-            except OSError as error:
-                if error.errno == errno.ENOENT:
-                    raise KeyError(key) from None
-                # A link (ELOOP), a file where a folder should be (ENOTDIR),
-                # anything else: the walk finds which, and says so.
+            fd = _openat2(self._root_fd, key, False)
+            if fd >= 0:
+                return self._checked_value(key, fd)
+            if fd == -errno.ENOENT:
+                raise KeyError(key)
+            # A link (ELOOP), a file where a folder should be (ENOTDIR),
+            # anything else: the walk finds which, and says so.
         chain = self._folders(key, segments, create=False)
         try:
             return self._open_file(key, chain[-1], name)
@@ -936,14 +936,11 @@ class DirectoryStore(Store):
     def _stat_key(self, key: str) -> os.stat_result | None:
         """The ``lstat`` of ``key``'s file; None if missing or not a regular file."""
         segments, name = _split(key)
-        if _openat2 is not None and len(segments) > 1:  # one call instead of a walk
-            try:
-                fd = _openat2(self._root_fd, key, True)
-            except OSError as error:
-                if error.errno == errno.ENOENT:
-                    return None
-                # A link, a file on the way ...: the walk below finds which.
-            else:
+        if _openat2 is not None and segments:  # one call instead of a walk
+            fd = _openat2(self._root_fd, key, True)
+            if fd == -errno.ENOENT:
+                return None
+            if fd >= 0:
                 try:
                     info = os.fstat(fd)
                 finally:
@@ -951,6 +948,7 @@ class DirectoryStore(Store):
                 if stat.S_ISLNK(info.st_mode):  # O_PATH | O_NOFOLLOW opens a last link
                     raise self._unsafe(key, key)
                 return info if stat.S_ISREG(info.st_mode) else None
+            # A link, a file on the way ...: the walk below finds which.
         try:
             chain = self._folders(key, segments, create=False)
         except KeyError:
