@@ -37,6 +37,7 @@ from typing import Any
 
 from . import metadata_v3
 from .base import Store
+from .errors import UnsupportedOperationError
 from .hierarchy import MetadataError
 
 __all__ = ["V2_METADATA_NAMES", "Migration", "migrate_2to3", "plan_2to3"]
@@ -211,6 +212,8 @@ def migrate_2to3(store: Store, *, dry_run: bool = False,
     ------
     MetadataError
         As ``plan_2to3``; nothing is written then.
+    UnsupportedOperationError
+        If ``remove_v2_metadata`` and the store cannot delete keys (nothing written).
 
     Examples
     --------
@@ -224,6 +227,9 @@ def migrate_2to3(store: Store, *, dry_run: bool = False,
     >>> sorted(store)
     ['.zarray']
     """
+    if remove_v2_metadata and not store.supports_deletes:
+        raise UnsupportedOperationError(f"{store!r} cannot delete keys: migrate without "
+                                        "remove_v2_metadata")
     result = plan_2to3(store)
     if not remove_v2_metadata:
         result.removed = []
