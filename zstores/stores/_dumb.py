@@ -231,10 +231,13 @@ class DumbFiles:
     def _allocate(self, size: int) -> tuple[int, bool]:
         """A block-aligned position for ``size`` bytes: a free gap, or the end."""
         if size:
-            for gap in self._find_free():
+            free = self._find_free()
+            for number, gap in enumerate(free):
                 if gap[1] - gap[0] >= size:
                     position = gap[0]
                     gap[0] = min(_aligned(position + size), gap[1])
+                    if gap[0] == gap[1]:
+                        del free[number]
                     return position, False
         return self._end, True
 

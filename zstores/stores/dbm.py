@@ -53,6 +53,12 @@ class DBMStore(Store):
     ``close()`` (which sync); a single ``store[key] = value`` survives the
     process crashing, not the machine.
 
+    ``dbm.gnu`` and ``dbm.ndbm`` write their own files: on a full disk their
+    errors are typed, but gdbm can lose the key whose write failed and
+    Berkeley DB's ndbm values still in its cache; ``dbm.sqlite3`` keeps every
+    committed value, though a delete needs room for SQLite's log.  Where a
+    disk may fill up, prefer ``dbm.dumb`` (or ``SQLiteStore``).
+
     Every failure of the backend is typed: a full disk raises
     ``StoreFullError`` (``errno`` ``ENOSPC``; for ``dbm.ndbm``, which reports
     no errno, when the disk has less than 1 MiB free), a damaged file
@@ -256,6 +262,8 @@ class DBMStore(Store):
     def _getsize_prefix(self, prefix: str) -> int:
         with self._lock, self._backend_errors("reading sizes"):
             keys = [key.encode("utf-8") for key in self._list_prefix(prefix)]
+            if self._files is not None:  # the index knows every size
+                return sum(self._files.index[raw][1] for raw in keys)
             return self._run(_total_size, self._db, keys)
 
     def _len(self) -> int:
