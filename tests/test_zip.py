@@ -436,3 +436,25 @@ def test_a_crashed_writer_leaves_the_last_flush(tmp_path):
     store.close()
     with ZipStore(path, mode="r") as reader:
         assert dict(reader.items()) == {"kept": b"flushed", "new": b"1"}
+
+
+def test_deletes_on_a_full_disk_are_saved_and_their_space_reused(small_fs):
+    path = small_fs / "data.zip"
+    with ZipStore(path, mode="w") as store:
+        store.update({f"a/{i}": make_value(f"a/{i}", 1, 4096) for i in range(200)})
+    filler = _fill_disk(small_fs)
+    with ZipStore(path) as store:  # no room for a second directory: written over the first
+        store.delitems([f"a/{i}" for i in range(0, 200, 2)])
+    kept = {f"a/{i}": 1 for i in range(1, 200, 2)}
+    with ZipStore(path, mode="r") as reader:
+        assert sorted(reader) == sorted(kept)
+    with ZipStore(path) as store:  # new members go where the deleted ones were
+        for i in range(50):
+            store[f"b/{i}"] = make_value(f"b/{i}", 1, 4000)
+    kept.update({f"b/{i}": 1 for i in range(50)})
+    with ZipStore(path, mode="r") as reader:
+        assert len(reader) == len(kept)
+        check_acknowledged(reader, kept)
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None
+    assert filler.exists()
