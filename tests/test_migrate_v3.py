@@ -468,3 +468,36 @@ def test_array_documents_equal_zarr_pythons_own_migration(options: dict[str, Any
         {**zarray, "attributes": {"a": 1}}))
     expected = theirs.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes()
     assert metadata_v3.encode(metadata_v3.array_from_v2(zarray, {"a": 1})) == expected
+
+
+# ------------------------------------------- a removal stopped halfway
+def test_a_removal_stopped_at_any_key_is_finished_by_running_again() -> None:
+    """--remove-v2-metadata deletes key by key on stores without transactions (a
+    folder): whichever key it stopped at, a second run reaches the same end state."""
+    from zstores.migrate_v3 import migrate_2to3
+
+    def hierarchy() -> zstores.MemoryStore:
+        store = zstores.MemoryStore()
+        zstores.init_group(store)
+        store[".zattrs"] = b'{"title": "root"}'
+        zstores.init_group(store, path="g/h")  # "g" is written by init_group too
+        store["g/.zattrs"] = b'{"units": "K"}'
+        zstores.init_array(store, shape=(4,), chunks=(2,), dtype="<f8", path="g/h/a",
+                           fill_value=np.nan, order="F")
+        store["g/h/a/.zattrs"] = b'{"long_name": "a"}'
+        zstores.init_array(store, shape=(2, 2), chunks=(1, 2), dtype="<i2", path="b",
+                           dimension_separator="/")
+        zstores.consolidate_metadata(store)
+        return store
+
+    finished = hierarchy()
+    removed = migrate_2to3(finished, remove_v2_metadata=True).removed
+    assert removed[-1] == ".zmetadata" and len(removed) == 9
+    assert v2_keys(dict(finished.items())) == []
+    for stop in range(len(removed)):
+        store = hierarchy()
+        migrate_2to3(store)
+        store.delitems(removed[:stop])  # what the first run got done
+        again = migrate_2to3(store, remove_v2_metadata=True)
+        assert again.written == {}, stop
+        assert dict(store.items()) == dict(finished.items()), stop

@@ -13,7 +13,10 @@ stops it with nothing written.  The ``zarr.json`` keys are then written in one
 stores a crash leaves at worst some extra ``zarr.json`` beside intact v2
 metadata; running again completes it (a ``zarr.json`` equal to the one it
 would write is accepted, any other is refused).  The v2 documents are
-deleted only when asked, after every ``zarr.json`` is written.
+deleted only when asked, after every ``zarr.json`` is written, in an order
+(``.zarray``/``.zgroup`` deepest first, then ``.zattrs``, then
+``.zmetadata``) that lets a run stopped halfway be finished by running again:
+a node whose v2 document is gone is taken as its ``zarr.json`` says.
 
 Examples
 --------
@@ -23,7 +26,7 @@ Examples
 >>> zstores.init_array(store, shape=(4,), chunks=(2,), dtype="<f8", path="t")
 >>> result = migrate_2to3(store, remove_v2_metadata=True)
 >>> sorted(result.written), result.removed
-(['t/zarr.json', 'zarr.json'], ['.zgroup', 't/.zarray'])
+(['t/zarr.json', 'zarr.json'], ['t/.zarray', '.zgroup'])
 >>> sorted(store)
 ['t/zarr.json', 'zarr.json']
 """
@@ -83,13 +86,15 @@ def _decode(key: str, value: bytes) -> Any:
         raise MetadataError(f"{key!r} does not hold valid JSON: {error}") from None
 
 
-def _read_v2(store: Store) -> tuple[dict[str, Any], set[str]]:
-    """Every v2 metadata document, decoded, and the ``zarr.json`` keys present."""
+def _read(store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every v2 metadata document by key, and every ``zarr.json`` by node path, decoded."""
     keys = list(store.keys())
     wanted = [key for key in keys if _split(key)[1] in V2_METADATA_NAMES]
-    existing = {key for key in keys if _split(key)[1] == metadata_v3.NODE_KEY}
-    values = store.getitems(wanted)
-    return {key: _decode(key, values[key]) for key in sorted(values)}, existing
+    nodes = [key for key in keys if _split(key)[1] == metadata_v3.NODE_KEY]
+    values = store.getitems(wanted + nodes)
+    v2 = {key: _decode(key, values[key]) for key in sorted(wanted) if key in values}
+    v3 = {_split(key)[0]: _decode(key, values[key]) for key in nodes if key in values}
+    return v2, v3
 
 
 def _attributes(documents: Mapping[str, Any], path: str) -> dict[str, Any]:
@@ -100,15 +105,21 @@ def _attributes(documents: Mapping[str, Any], path: str) -> dict[str, Any]:
     return attributes
 
 
-def _nodes(documents: Mapping[str, Any], store: Store) -> dict[str, dict[str, Any]]:
-    """Each node path's format 3 document; parents without ``.zgroup`` become groups."""
+def _nodes(documents: Mapping[str, Any], existing: Mapping[str, Any],
+           store: Store) -> dict[str, dict[str, Any]]:
+    """Each v2 node's format 3 document, and a group for every ancestor without one.
+
+    An ancestor that already has a ``zarr.json`` keeps it (a run that was
+    interrupted while removing v2 metadata left it there).
+    """
     arrays = {_split(key)[0] for key in documents if _split(key)[1] == ARRAY}
     groups = {_split(key)[0] for key in documents if _split(key)[1] == GROUP}
     both = sorted(arrays & groups)
     if both:
         raise MetadataError(f"{_prefix(both[0])}.zarray and .zgroup are both in {store!r}: "
                             "is it an array or a group?")
-    for path in list(arrays | groups):
+    ancestors = set()
+    for path in arrays | groups:
         # zarr-python 3 finds a node only through groups: give every ancestor one.
         parts = path.split("/") if path else []
         for depth in range(len(parts)):
@@ -116,25 +127,35 @@ def _nodes(documents: Mapping[str, Any], store: Store) -> dict[str, dict[str, An
             if ancestor in arrays:
                 raise MetadataError(f"{ancestor!r} is an array with a node {path!r} below it "
                                     f"in {store!r}")
-            groups.add(ancestor)
+            ancestors.add(ancestor)
     nodes = {path: metadata_v3.array_from_v2(documents[_prefix(path) + ARRAY],
                                              _attributes(documents, path),
                                              key=_prefix(path) + ARRAY)
              for path in arrays}
     nodes.update({path: metadata_v3.group_document(_attributes(documents, path))
                   for path in groups})
+    for path in ancestors - groups:
+        known = existing.get(path)
+        nodes[path] = dict(known) if metadata_v3.is_group(known) else \
+            metadata_v3.group_document(_attributes(documents, path))
     return nodes
 
 
-def _consolidate(nodes: dict[str, dict[str, Any]], documents: Mapping[str, Any]) -> list[str]:
-    """Give every group that had ``.zmetadata`` format 3 consolidated metadata; their paths."""
+def _consolidate(nodes: dict[str, dict[str, Any]], existing: Mapping[str, Any],
+                 documents: Mapping[str, Any]) -> list[str]:
+    """Give every group that had ``.zmetadata`` format 3 consolidated metadata; their paths.
+
+    The listing holds every node below the group: those migrated now and
+    those that already have a ``zarr.json`` only (already format 3).
+    """
+    everything = {**existing, **nodes}
     done = []
     for key in documents:
         path, name = _split(key)
         if name != CONSOLIDATED or not metadata_v3.is_group(nodes.get(path)):
             continue
         prefix = _prefix(path)
-        below = {other[len(prefix):]: document for other, document in nodes.items()
+        below = {other[len(prefix):]: document for other, document in everything.items()
                  if other != path and other.startswith(prefix)}
         nodes[path] = metadata_v3.with_consolidated(nodes[path],
                                                     metadata_v3.consolidated_field(below))
@@ -144,6 +165,18 @@ def _consolidate(nodes: dict[str, dict[str, Any]], documents: Mapping[str, Any])
 
 def _depth(path: str) -> int:
     return path.count("/") + 1 if path else 0
+
+
+def _removal_order(key: str) -> tuple[int, int, str]:
+    """Node documents first (deepest first), then ``.zattrs``, then ``.zmetadata``.
+
+    So a run stopped midway leaves v2 leftovers that a new run still plans
+    the same ``zarr.json`` from (a node whose ``.zarray`` is gone is kept as
+    its ``zarr.json`` says) and then removes.
+    """
+    path, name = _split(key)
+    rank = {ARRAY: 0, GROUP: 0, ATTRS: 1, CONSOLIDATED: 2}[name]
+    return rank, -_depth(path), key
 
 
 def plan_2to3(store: Store) -> Migration:
@@ -164,26 +197,24 @@ def plan_2to3(store: Store) -> Migration:
     >>> sorted(plan_2to3(store).written), len(store)
     (['zarr.json'], 1)
     """
-    documents, existing = _read_v2(store)
-    if not any(_split(key)[1] in (ARRAY, GROUP) for key in documents):
+    documents, existing = _read(store)
+    if not documents:
         raise MetadataError(f"no Zarr format 2 metadata (.zgroup or .zarray) in {store!r}: "
                             "nothing to migrate")
-    nodes = _nodes(documents, store)
+    nodes = _nodes(documents, existing, store)
     result = Migration(arrays=sum(1 for d in nodes.values() if d["node_type"] == "array"),
                        groups=sum(1 for d in nodes.values() if d["node_type"] == "group"),
-                       consolidated=_consolidate(nodes, documents))
-    present = store.getitems([_prefix(path) + metadata_v3.NODE_KEY for path in nodes
-                              if _prefix(path) + metadata_v3.NODE_KEY in existing])
+                       consolidated=_consolidate(nodes, existing, documents))
     for path in sorted(nodes, key=lambda p: (-_depth(p), p)):
         key, value = _prefix(path) + metadata_v3.NODE_KEY, metadata_v3.encode(nodes[path])
-        if key not in present:
+        if path not in existing:
             result.written[key] = value
-        elif bytes(present[key]) == value:
+        elif metadata_v3.encode(existing[path]) == value or existing[path] == json.loads(value):
             result.unchanged.append(key)
         else:
             raise MetadataError(f"{key!r} already exists in {store!r} with other content "
                                 "than the migration would write (delete it to migrate again)")
-    result.removed = [key for key in documents if _split(key)[1] in V2_METADATA_NAMES]
+    result.removed = sorted(documents, key=_removal_order)
     return result
 
 
@@ -223,7 +254,7 @@ def migrate_2to3(store: Store, *, dry_run: bool = False,
     >>> migrate_2to3(store)
     Traceback (most recent call last):
     ...
-    zstores.hierarchy.MetadataError: '.zarray' cannot be written as Zarr format 3: object dtype '|O' (variable-length Python objects) has no format 3 data type
+    zstores.hierarchy.MetadataError: '.zarray' cannot be written as Zarr format 3: object dtype ...
     >>> sorted(store)
     ['.zarray']
     """

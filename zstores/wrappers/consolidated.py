@@ -308,7 +308,7 @@ def document_format(document: Any) -> int:
 
 
 def checked_document_v3(document: Any, where: str) -> dict[str, Any]:
-    """The format 3 ``consolidated_metadata`` object, its node paths normalized, else MetadataError."""
+    """The format 3 ``consolidated_metadata`` object, paths normalized, else MetadataError."""
     listing = metadata_v3.check_consolidated_field(document, where)
     normalized = {}
     for path, node in listing.items():
@@ -562,7 +562,7 @@ def open_consolidated(
     >>> zstores.open_consolidated(store)
     Traceback (most recent call last):
     ...
-    KeyError: "no consolidated metadata: '.zmetadata' is missing in MemoryStore(mode='a') and 'zarr.json' has no consolidated_metadata; write it with zstores.consolidate_metadata(store, path='')"
+    KeyError: "no consolidated metadata: '.zmetadata' is missing in MemoryStore(mode='a') and ..."
     """
     _check_open_mode(mode)
     _check_format(zarr_format)
