@@ -190,7 +190,7 @@ class StoreFileSystem(AsyncFileSystem):
         The store URL as ``zstores.open_store`` takes it
         (``"lmdb:///data/run1.lmdb?map_size=1073741824"``).  fsspec passes it
         from the URL it was given.
-    store_mode : {"r", "r+", "a", "w", "w-"}, optional
+    store_mode : {None, "r", "r+", "a", "w", "w-"}, optional
         The store's mode.  By default a read opens an existing store
         (``"r+"``) and never creates one; the first write opens it with
         ``"a"``.  ``mode`` is accepted too, but ``fsspec.url_to_fs`` (which
