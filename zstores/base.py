@@ -12,10 +12,17 @@ primitives::
 
 and inherits a correct (if slower) fallback for everything else.  It overrides
 a fast path only where its engine offers one: ``_get_range``, ``_get_many``,
-``_set_many``, ``_delete_many``, ``_contains``, ``_listdir``, ``_rmdir``,
-``_getsize_key``, ``_getsize_prefix``, ``_rename_key``, ``_rename_prefix``,
-``_len``, ``_clear``.  Keys reaching a primitive are already normalized and
-values already coerced, so a backend never repeats those checks.
+``_set_many``, ``_delete_many``, ``_contains``, ``_stat``, ``_listdir``,
+``_rmdir``, ``_getsize_key``, ``_getsize_prefix``, ``_rename_key``,
+``_rename_prefix``, ``_len``, ``_clear``.  Keys reaching a primitive are
+already normalized and values already coerced, so a backend never repeats
+those checks.
+
+Layers above a store (adapters, the command line, zfuse) use only public
+methods: besides the mapping interface, ``normalize`` (the store's key rule),
+``stat`` (size or None in one backend call), ``list_prefix`` and
+``getsize_prefix`` (a folder's keys and total size) and ``reopen`` (a second
+handle).  The underscore methods are the backends' side of the contract.
 """
 
 from __future__ import annotations
@@ -220,6 +227,22 @@ class Store(MutableMapping[str, bytes]):
 
     def _getsize_key(self, key: str) -> int:
         return len(self._get(key))
+
+    def _stat(self, key: str) -> int | None:
+        """The size of ``key``'s value, or None when the key is absent.
+
+        Backends override it where their engine answers both in one call.  The
+        fallback asks ``_getsize_key`` (one call for a present key, and for an
+        absent one where it raises ``KeyError``) and confirms a size of 0 with
+        ``_contains``: some engines (Redis ``STRLEN``) answer 0 for a missing key.
+        """
+        try:
+            size = self._getsize_key(key)
+        except KeyError:
+            return None
+        if size == 0 and not self._contains(key):
+            return None
+        return size
 
     def _getsize_prefix(self, prefix: str) -> int:
         return sum(self._getsize_key(key) for key in self._list_prefix(prefix))
@@ -431,9 +454,162 @@ class Store(MutableMapping[str, bytes]):
         path = normalize_storage_path(path)
         if path:
             path = self._key(path)
-            if self._contains(path):
-                return self._getsize_key(path)
+            size = self._stat(path)
+            if size is not None:
+                return size
         return self._getsize_prefix(prefix_of(path))
+
+    # ------------------------------------------------------ namespace queries
+    def normalize(self, key: str) -> str:
+        """The key as this store spells it, or a typed error naming the rule broken.
+
+        Applies the spec's normalization (``keys.normalize_key``) and the
+        backend's own rules: a length limit (LMDB, folder names), UTF-8
+        (SQLite, Redis, MongoDB), a nested store's chunk-key folders.  Two
+        keys are the same key of this store exactly when they normalize
+        equally.  Works on a closed store (the rules do not change).
+
+        Parameters
+        ----------
+        key : str
+            A key as a caller writes it.
+
+        Returns
+        -------
+        str
+            The normalized key, as ``iter(store)`` lists it.
+
+        Raises
+        ------
+        InvalidKeyError
+            If the key breaks a rule (empty, ``..``, NUL, a lone surrogate,
+            too long for the backend ...); the message names key and rule.
+        TypeError
+            If the key is not a ``str``.
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> MemoryStore().normalize("/foo//bar/")
+        'foo/bar'
+        """
+        return self._key(key)
+
+    def stat(self, key: str) -> int | None:
+        """The size in bytes of ``key``'s value, or None when there is no such key.
+
+        One backend call where the engine allows (a dict lookup, one
+        transaction, one SQL query, one ``fstatat``, one round trip), so a
+        caller asking "does it exist, and how big?" pays once.  Only keys
+        count: a prefix with keys under it (a folder) is None here.
+
+        Parameters
+        ----------
+        key : str
+            The key (normalized by ``normalize``).
+
+        Returns
+        -------
+        int or None
+            The value's size (0 for an empty value), or None if absent.
+
+        Raises
+        ------
+        InvalidKeyError
+            If the key breaks the store's key rules.
+        StoreClosedError
+            If the store is closed.
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> store = MemoryStore()
+        >>> store.update({"a/b": b"abc", "a/empty": b""})
+        >>> store.stat("a/b"), store.stat("a/empty"), store.stat("a"), store.stat("nope")
+        (3, 0, None, None)
+        """
+        if self._closed:
+            self._check_open()
+        return self._stat(self._key(key))
+
+    def list_prefix(self, path: str = "") -> list[str]:
+        """Every key under the folder ``path``, sorted (all keys for ``""``).
+
+        Keys, not names: each comes back whole (``"a/b/c"`` for ``path="a"``),
+        at any depth below ``path``.  ``path`` is a folder: a key equal to
+        ``path`` itself is not under it, and ``"a"`` does not match ``"ab/c"``.
+        Sorted in Python's string order (equal to UTF-8 byte order), so
+        listings are repeatable whatever the backend.
+
+        Parameters
+        ----------
+        path : str
+            A folder path; ``""`` (default) is the root.
+
+        Returns
+        -------
+        list of str
+            The keys, sorted.
+
+        Raises
+        ------
+        InvalidKeyError
+            If ``path`` breaks the store's key rules.
+        StoreClosedError
+            If the store is closed.
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> store = MemoryStore()
+        >>> store.update({"a/c/1": b"x", "a/b": b"y", "a": b"z", "ab/d": b"w"})
+        >>> store.list_prefix("a")
+        ['a/b', 'a/c/1']
+        >>> store.list_prefix()
+        ['a', 'a/b', 'a/c/1', 'ab/d']
+        """
+        self._check_open()
+        return sorted(self._list_prefix(self._folder_prefix(path)))
+
+    def getsize_prefix(self, path: str = "") -> int:
+        """The total size in bytes of the values under the folder ``path``.
+
+        The same keys as ``list_prefix(path)``: a key equal to ``path`` itself
+        is not counted (``getsize(path)`` returns a key's own size instead).
+        0 if there is nothing under ``path``.
+
+        Parameters
+        ----------
+        path : str
+            A folder path; ``""`` (default) is the whole store.
+
+        Returns
+        -------
+        int
+            The sum of the sizes of the values under ``path``.
+
+        Raises
+        ------
+        InvalidKeyError
+            If ``path`` breaks the store's key rules.
+        StoreClosedError
+            If the store is closed.
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> store = MemoryStore()
+        >>> store.update({"a/b": b"12", "a/c/d": b"345", "a": b"6"})
+        >>> store.getsize_prefix("a"), store.getsize_prefix(), store.getsize_prefix("x")
+        (5, 6, 0)
+        """
+        self._check_open()
+        return self._getsize_prefix(self._folder_prefix(path))
+
+    def _folder_prefix(self, path: str) -> str:
+        """``path`` as a primitive's prefix: the store's key rule, then ``/``."""
+        path = normalize_storage_path(path)
+        return prefix_of(self._key(path)) if path else ""
 
     def rename(self, src_path: str, dst_path: str) -> None:
         """Move a key, or every key under a prefix, to a new name.
@@ -485,6 +661,43 @@ class Store(MutableMapping[str, bytes]):
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown; nothing to report to
             pass
+
+    def reopen(self, mode: str | None = None) -> Store:
+        """Open a second, independent handle on the same data.
+
+        The new handle has its own connection or file handles and is closed
+        on its own; this one stays open.  For persistent stores only: an
+        in-memory store's data belongs to its object (pickle copies it).
+
+        Parameters
+        ----------
+        mode : {None, "r", "r+", "a", "w", "w-"}
+            The new handle's mode.  None (default) is what unpickling uses:
+            this store's mode, except that ``"w"`` and ``"w-"`` become ``"a"``
+            (the location is neither cleared again nor refused for existing).
+
+        Returns
+        -------
+        Store
+            A new store of the same type on the same location.
+
+        Raises
+        ------
+        ValueError
+            If ``mode`` is not one of the modes.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from zstores import DirectoryStore
+        >>> store = DirectoryStore(tempfile.mkdtemp(), mode="w")
+        >>> store["a"] = b"1"
+        >>> reader = store.reopen("r")
+        >>> reader["a"], reader.mode, store.mode
+        (b'1', 'r', 'w')
+        >>> reader.close()
+        """
+        return self._reopen_as(check_mode(mode) if mode is not None else self._mode_after_pickle())
 
     def _reopen_as(self, mode: str) -> Store:
         """A new handle on the same location (persistent stores), opened with ``mode``."""
