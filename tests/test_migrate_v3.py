@@ -22,6 +22,7 @@ import numcodecs
 import numpy as np
 import pytest
 from cli_helpers import contents, file_url, zstores_cmd
+from full_disk import small_fs  # noqa: F401 - a fixture
 
 import zstores
 from zstores import metadata_v3
@@ -501,3 +502,58 @@ def test_a_removal_stopped_at_any_key_is_finished_by_running_again() -> None:
         again = migrate_2to3(store, remove_v2_metadata=True)
         assert again.written == {}, stop
         assert dict(store.items()) == dict(finished.items()), stop
+
+
+# ------------------------------------------------------------ a full disk
+def fill_disk(folder: Path) -> Path:
+    """A file in ``folder`` grown until its file system has no byte left."""
+    ballast = folder / "ballast"
+    block = b"\0" * (64 << 10)
+    with open(ballast, "wb", buffering=0) as file:
+        try:
+            while True:
+                file.write(block)
+        except OSError as error:
+            assert error.errno == 28
+        try:
+            while True:
+                file.write(b"\0" * 512)
+        except OSError:
+            pass
+    return ballast
+
+
+@pytest.mark.parametrize("backend", ["directory", "sqlite"])
+def test_migrate_on_a_full_disk_fails_typed_and_finishes_later(small_fs: Path, tmp_path: Path,
+                                                               backend: str) -> None:
+    url = file_url(backend, small_fs, "full")
+    with open_store(url, "w") as store:
+        zstores.init_group(store)
+        for index in range(40):
+            zstores.init_array(store, shape=(8,), chunks=(4,), dtype="<f8", path=f"g/a{index}",
+                               fill_value=np.nan, compressor=None)
+            store[f"g/a{index}/0"] = np.full(4, float(index)).tobytes()
+            store[f"g/a{index}/.zattrs"] = json.dumps({"index": index}).encode()
+    before = contents(url)
+    as_v2 = read_hierarchy(url, 2)
+    ballast = fill_disk(small_fs)
+
+    failed = zstores_cmd("migrate", url, "--to", "3", "--remove-v2-metadata")
+    assert failed.code == 1 and len(failed.err_lines) == 1, failed.err
+    if backend == "directory":
+        assert "StoreFullError" in failed.err and "run the same command again" in failed.err
+    else:  # SQLite may already fail to open its -shm file: an EIO (the store's own message)
+        assert "StoreFullError" in failed.err or "[Errno 5]" in failed.err, failed.err
+    ballast.unlink()  # (SQLite cannot even open a store for reading on a full tmpfs)
+    left = contents(url)
+    assert {k: v for k, v in left.items() if k in before} == before  # nothing v2 removed
+    if backend == "sqlite":  # one transaction (or not even opened): nothing of it stays
+        assert left == before
+    else:
+        assert set(left) - set(before) <= set(v3_keys(left))  # at most some zarr.json
+    assert_same_nodes(as_v2, read_hierarchy(url, 2))
+
+    done = zstores_cmd("migrate", url, "--to", "3", "--remove-v2-metadata")
+    assert done.code == 0, done.err
+    assert v2_keys(contents(url)) == []
+    assert_same_nodes(as_v2, read_hierarchy(url, 3))

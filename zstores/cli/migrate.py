@@ -79,6 +79,9 @@ def _run_to_3(args: argparse.Namespace) -> int:
                                   remove_v2_metadata=args.remove_v2_metadata)
         except MetadataError as error:
             raise CommandError(f"{error}; nothing was written") from None
+        except OSError as error:  # a full disk, a lost server ... while writing or removing
+            raise CommandError(f"{type(error).__name__}: {error}; the chunks are untouched: run "
+                               "the same command again to finish the migration") from error
     _report(result, shown(args.url), args.dry_run)
     return EXIT_OK
 
