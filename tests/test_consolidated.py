@@ -86,6 +86,17 @@ class TestConsolidatedRootOverMemory(StoreTests):
                     "TestConsolidatedSubgroupOverSQLite runs it")
 
 
+EMPTY_V3 = {"kind": "inline", "must_understand": False, "metadata": {}}
+
+
+class TestConsolidatedV3RootOverMemory(StoreTests):
+    """Format 3 consolidated at the root: only ``zarr.json`` keys are served, and the
+    harness writes none, so every test (``.zgroup`` writes included) runs unchanged."""
+
+    def open_store(self, location, mode="a"):
+        return ConsolidatedStore(MemoryStore(mode=mode), EMPTY_V3, mode=None)
+
+
 # ------------------------------------------------------------------ helpers
 class CountingStore(MemoryStore):
     """A real MemoryStore that counts the values read from it."""
