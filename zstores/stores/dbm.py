@@ -6,6 +6,7 @@ import dbm
 import errno
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from ..base import Buffer, Mode, Store
-from ..errors import CorruptValueError, StoreFullError, StoreIOError, ZStoresError
+from ..errors import (
+    CorruptValueError,
+    StoreFullError,
+    StoreIOError,
+    UnsupportedOperationError,
+    ZStoresError,
+)
 from ..sync.writer import writer_lock
 from ._dumb import DumbFiles, ShortValue, is_dumb
 
@@ -141,6 +148,7 @@ class DBMStore(Store):
             raise CorruptValueError(
                 f"{self!r}: the database's index is damaged ({error})"
             ) from error
+        self._refuses_empty = _loses_empty_values(self._db)
         if is_dumb(self._db):
             self._files = DumbFiles(self._db, writable=flag != "r")
         if _is_thread_bound(self._db):
@@ -190,6 +198,8 @@ class DBMStore(Store):
     def _set(self, key: str, value: Buffer) -> None:
         if value.__class__ is not bytes:
             value = bytes(value)  # dbm.dumb takes only bytes and str
+        if not value and self._refuses_empty:
+            raise self._empty_value_error(key)
         raw = key.encode("utf-8")
         with self._lock, self._backend_errors("writing", key):
             if self._files is not None:
@@ -198,6 +208,12 @@ class DBMStore(Store):
                 self._db[raw] = value
             else:
                 self._run(_store, self._db, [(raw, value)], sync=False)
+
+    def _empty_value_error(self, key: str) -> UnsupportedOperationError:
+        return UnsupportedOperationError(
+            f"{self!r} cannot store an empty value for {key!r}: Berkeley DB's dbm.ndbm "
+            "reads an empty value back as a missing key (use dbm.dumb, dbm.gnu or SQLiteStore)"
+        )
 
     def _delete(self, key: str) -> None:
         raw = key.encode("utf-8")
@@ -231,6 +247,10 @@ class DBMStore(Store):
 
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
         encoded = [(key.encode("utf-8"), bytes(value)) for key, value in items]
+        if self._refuses_empty:
+            for key, value in items:
+                if not value:
+                    raise self._empty_value_error(key)  # before anything is written
         with self._lock:
             if self._files is None:
                 with self._backend_errors("writing keys"):
@@ -445,3 +465,12 @@ def _nearly_full(path: str) -> bool:
     except OSError:
         return False
     return info.f_bavail * info.f_frsize < _NEARLY_FULL
+
+
+def _loses_empty_values(db: Any) -> bool:
+    """True for Berkeley DB's ndbm emulation, which stores ``b""`` but reads it as missing.
+
+    Refusing the write is better than a value that silently disappears.
+    """
+    module = sys.modules.get(type(db).__module__)
+    return type(db).__module__ == "_dbm" and "Berkeley" in str(getattr(module, "library", ""))
