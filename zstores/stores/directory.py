@@ -596,7 +596,9 @@ class DirectoryStore(Store):
         return prefix.lower() if self._normalize_keys else prefix
 
     # ---------------------------------------------------------- path walking
-    def _folders(self, key: str, segments: list[str], *, create: bool) -> list[int]:
+    def _folders(
+        self, key: str, segments: list[str], *, create: bool, locate: bool = False
+    ) -> list[int]:
         """Open the folders ``segments`` below the root one by one, never following a link.
 
         Returns the descriptors ``[root, first, ..., last]`` (``[root]`` for
@@ -605,8 +607,9 @@ class DirectoryStore(Store):
         Raises
         ------
         KeyError
-            Reading (``create=False``): a folder is missing (``_FileInTheWay``
-            when a file, a key, stands where a folder should be).
+            Reading (``create=False``): a folder is missing, or a file (a key)
+            stands where a folder should be (``_FileInTheWay``, naming it,
+            when ``locate``).
         KeyConflictError
             Creating: a folder on the way is a key.
         UnsafePathError
@@ -619,6 +622,11 @@ class DirectoryStore(Store):
         try:
             for depth in range(len(segments)):
                 chain.append(self._open_segment(key, chain[-1], segments, depth, create))
+        except _FileInTheWay:
+            _release(chain)
+            if locate:
+                raise
+            raise KeyError(key) from None
         except BaseException:
             if create:  # remove the folders made so far (if still empty)
                 self._prune(chain, segments[: len(chain) - 1])
@@ -706,7 +714,7 @@ class DirectoryStore(Store):
         """The first proper prefix of ``key`` that exists as a file, if any."""
         segments, _ = _split(key)
         try:
-            _release(self._folders(key, segments, create=False))
+            _release(self._folders(key, segments, create=False, locate=True))
         except _FileInTheWay as in_the_way:
             return in_the_way.path
         except KeyError:
