@@ -22,6 +22,7 @@ from full_disk import (
     make_value,
     small_filesystem,
 )
+from raw_access import dbm_get, dbm_set
 from zstores.errors import CorruptValueError, StoreFullError
 from zstores.stores._dumb import DumbFiles
 from zstores.stores.dbm import DBMStore
@@ -44,6 +45,12 @@ class DBMStoreTests(StoreTests):
 
     def open_store(self, location, mode="a"):
         return DBMStore(location, open=open_function(self.flavour)[0], mode=mode)
+
+    def raw_get(self, store, key):
+        return dbm_get(store, key, open_function(self.flavour)[0])
+
+    def raw_set(self, store, key, value):
+        dbm_set(store, key, value, open_function(self.flavour)[0])
 
 
 # A flavour missing from this Python is not collected at all (one visible skip

@@ -25,6 +25,7 @@ from full_disk import (
     small_filesystem,
     small_fs,  # noqa: F401  (a fixture)
 )
+from raw_access import lmdb_get, lmdb_set
 from zarr2_roundtrip import check_reads_what_zarr2_wrote, check_zarr2_reads_what_we_wrote
 
 from zstores.errors import (
@@ -45,6 +46,12 @@ KiB, MiB = 1 << 10, 1 << 20
 class TestLMDBStore(StoreTests):
     def open_store(self, location, mode="a"):
         return LMDBStore(location, mode=mode)
+
+    def raw_get(self, store, key):
+        return lmdb_get(store, key)
+
+    def raw_set(self, store, key, value):
+        lmdb_set(store, key, value)
 
 
 # ------------------------------------------------------------ map growth

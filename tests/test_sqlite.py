@@ -24,6 +24,7 @@ from full_disk import (
     small_filesystem,
     small_fs,  # noqa: F401  (a fixture)
 )
+from raw_access import sqlite_get, sqlite_set
 from zarr2_roundtrip import check_reads_what_zarr2_wrote, check_zarr2_reads_what_we_wrote
 
 from zstores.errors import (
@@ -43,8 +44,15 @@ class TestSQLiteStore(StoreTests):
     def open_store(self, location, mode="a"):
         return SQLiteStore(location, mode=mode)
 
+    def raw_get(self, store, key):
+        return sqlite_get(store, key)
 
-class TestSQLiteMemoryStore(StoreTests):
+    def raw_set(self, store, key, value):
+        sqlite_set(store, key, value)
+
+
+class TestSQLiteMemoryStore(TestSQLiteStore):
+    # Its raw hooks skip: a ":memory:" database has no second connection.
     def open_store(self, location, mode="a"):
         return SQLiteStore(":memory:", mode=mode)
 

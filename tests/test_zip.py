@@ -17,19 +17,27 @@ from full_disk import (
     small_filesystem,
     small_fs,  # noqa: F401 - a fixture
 )
+from raw_access import zip_get, zip_set
 from zstores.errors import CorruptValueError, StoreFullError
 from zstores.stores.zip import ZipStore
 from zstores.testing import StoreTests
 
 
 class TestZipStore(StoreTests):
+    compression = zipfile.ZIP_STORED
+
     def open_store(self, location, mode="a"):
-        return ZipStore(location, mode=mode)
+        return ZipStore(location, compression=self.compression, mode=mode)
+
+    def raw_get(self, store, key):
+        return zip_get(store, key)
+
+    def raw_set(self, store, key, value):
+        zip_set(store, key, value, self.compression)
 
 
-class TestZipStoreDeflated(StoreTests):
-    def open_store(self, location, mode="a"):
-        return ZipStore(location, compression=zipfile.ZIP_DEFLATED, mode=mode)
+class TestZipStoreDeflated(TestZipStore):
+    compression = zipfile.ZIP_DEFLATED
 
 
 def members(path):

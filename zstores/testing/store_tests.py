@@ -61,6 +61,31 @@ class StoreTests:
         """How the store lists ``key`` (identity for almost every store)."""
         return key
 
+    def raw_get(self, store: Store, key: str) -> bytes | None:
+        """The bytes the backend holds for ``key``, read around the store; None if absent.
+
+        Read the backend's own format with the backend's own library (the
+        file under the folder, the zip member, the SQL row, the Redis key),
+        never through ``store``'s methods.  ``key`` is a normalized key as
+        the store's users spell it; apply the backend's layout here (a
+        nested store's chunk ``0.1`` is the file ``0/1``).  A hook may make
+        pending writes durable first through public methods (``flush()``),
+        or ``close()`` the store when the backend admits no second handle
+        while it is open: the harness then reopens it with mode ``"r+"``.
+        Call ``pytest.skip(reason)`` when this backend cannot be reached
+        from outside (a private in-memory database).
+        """
+        raise NotImplementedError
+
+    def raw_set(self, store: Store, key: str, value: bytes) -> None:
+        """Write ``value`` under ``key`` in the backend directly, as another program would.
+
+        The same rules as ``raw_get``: the backend's own library and layout,
+        and the hook may ``close()`` the store first (an archive whose
+        directory the open store keeps in memory); the harness reopens it.
+        """
+        raise NotImplementedError
+
     # -------------------------------------------------------------- fixtures
     @pytest.fixture
     def location(self, tmp_path: Path) -> Path:
@@ -635,9 +660,144 @@ class StoreTests:
             del store["k"]
         assert store["k"] == b"v"
 
+    # ------------------------------------------------------ out-of-band checks
+    # A store that agrees with itself but writes the wrong bytes (reversed,
+    # re-encoded, under another name) passes every test above; these read and
+    # write the backend around the store, through the raw_get/raw_set hooks.
+    def require_raw_hook(self, *names: str) -> None:
+        """Skip, naming the hooks, when a subclass does not provide them."""
+        missing = [name for name in names if getattr(type(self), name) is getattr(StoreTests, name)]
+        if missing:
+            pytest.skip(f"{type(self).__name__} does not provide the {' and '.join(missing)} "
+                        "hook of StoreTests: the backend's bytes are not checked out of band")
+
+    def reopened_if_closed(self, store: Store, location: Path) -> Store:
+        """``store``, or the store reopened with mode ``"r+"`` if a raw hook closed it."""
+        return self.open_store(location, mode="r+") if store.closed else store
+
+    def raw_values(self) -> dict[str, tuple[object, bytes]]:
+        """key -> (the value given to the store, the bytes the backend must hold)."""
+        binary = bytes(range(256)) * 3 + b"\x00\x00"  # every byte value, NULs at the end
+        large = np.random.default_rng(14).integers(0, 256, 3 * MiB + 7, dtype=np.uint8).tobytes()
+        c_order = np.arange(24, dtype="<f8").reshape(4, 6)
+        f_order = np.asfortranarray(c_order)
+        return {
+            "raw/small": (b"hello", b"hello"),
+            "raw/empty": (b"", b""),
+            "raw/binary": (binary, binary),
+            "raw/large": (large, large),
+            "raw/bytearray": (bytearray(b"\x00ab\x00"), b"\x00ab\x00"),
+            "raw/memoryview": (memoryview(binary)[7:300], binary[7:300]),
+            "raw/numpy": (c_order, c_order.tobytes()),
+            "raw/numpy_f": (f_order, f_order.tobytes(order="F")),
+            "raw/deep/a/b/c": (b"deep", b"deep"),
+            "raw/arr/0.1": (b"chunk", b"chunk"),
+        }
+
+    def test_raw_values_set_are_stored_byte_for_byte(self, store: Store) -> None:
+        self.require_raw_hook("raw_get")
+        values = self.raw_values()
+        keys = list(values)
+        for key in keys[::2]:
+            store[key] = values[key][0]
+        store.setitems({key: values[key][0] for key in keys[1::2]})
+        for key, (_, expected) in values.items():
+            held = self.raw_get(store, key)
+            assert held == expected, f"{key!r}: the backend holds {_shown(held)}, expected {_shown(expected)}"
+
+    def test_raw_overwrites_and_deletes_reach_the_backend(self, store: Store, location: Path) -> None:
+        self.require_raw_hook("raw_get")
+        store.update({"raw/k": b"old", "raw/gone": b"1", "raw/batch/1": b"2", "raw/batch/2": b"3",
+                      "raw/dir/x": b"4", "raw/dir/y/z": b"5", "raw/from": b"6"})
+        store["raw/k"] = b"new"
+        del store["raw/gone"]
+        store.delitems(["raw/batch/1"])
+        store.rmdir("raw/dir")
+        store.rename("raw/from", "raw/to")
+        expected = {"raw/k": b"new", "raw/gone": None, "raw/batch/1": None, "raw/batch/2": b"3",
+                    "raw/dir/x": None, "raw/dir/y/z": None, "raw/from": None, "raw/to": b"6"}
+        for key, value in expected.items():
+            held = self.raw_get(store, key)
+            assert held == value, f"{key!r}: the backend holds {_shown(held)}, expected {_shown(value)}"
+        store = self.reopened_if_closed(store, location)
+        try:
+            store.clear()
+            for key in expected:
+                assert self.raw_get(store, key) is None, f"{key!r} is still in the backend after clear()"
+        finally:
+            store.close()
+
+    def test_raw_written_values_are_read_by_the_store(self, store: Store, location: Path) -> None:
+        self.require_raw_hook("raw_set")
+        values = {key: stored for key, (_, stored) in self.raw_values().items()
+                  if not key.endswith(("bytearray", "memoryview", "numpy", "numpy_f"))}
+        for key, value in values.items():
+            self.raw_set(store, key, value)
+        store = self.reopened_if_closed(store, location)
+        try:
+            self.check_reads(store, values)
+        finally:
+            store.close()
+
+    def check_reads(self, store: Store, values: dict[str, bytes]) -> None:
+        """Every read method of ``store`` sees exactly ``values`` (all under ``raw/``)."""
+        stat = getattr(store, "stat", None)  # a public method of newer versions of Store
+        for key, value in values.items():
+            assert key in store, key
+            assert store[key] == value, f"{key!r}: the store reads {_shown(store[key])}, expected {_shown(value)}"
+            assert store.get_range(key, 1, 5) == value[1:6], key
+            assert store.get_range(key, -3) == value[-3:], key
+            assert store.getsize(key) == len(value), key
+            if stat is not None:
+                assert stat(key) == len(value), key
+        assert store.getitems([*values, "raw/missing"]) == values
+        assert sorted(store) == sorted(self.canonical_key(key) for key in values)
+        assert len(store) == len(values)
+        children = {self.canonical_key(key).split("/")[1] for key in values}
+        assert store.listdir("raw") == sorted(children)
+        assert store.listdir("raw/deep/a/b") == ["c"]
+        assert store.getsize("raw") == sum(map(len, values.values()))
+        assert "raw/missing" not in store and "raw/deep/a" not in store
+
+    def test_raw_key_layout(self, store: Store) -> None:
+        self.require_raw_hook("raw_get")
+        store["lay/a/b/c"] = b"abc"
+        store["lay/arr/0.1"] = b"chunk"
+        store["lay/with space/é"] = b"unicode"
+        assert self.raw_get(store, "lay/a/b/c") == b"abc", "'lay/a/b/c' is not where the format puts it"
+        assert self.raw_get(store, "lay/arr/0.1") == b"chunk"
+        assert self.raw_get(store, "lay/with space/é") == b"unicode"
+        for absent in ["lay/a/b", "lay/a", "lay", "lay/c", "lay/arr/0", "lay/never"]:
+            held = self.raw_get(store, absent)
+            assert held is None, f"the backend holds {_shown(held)} under {absent!r}"
+
+    @pytest.mark.slow
+    def test_raw_value_over_16_mib(self, store: Store, location: Path) -> None:
+        # Larger than one MongoDB document (16 MiB): stored as parts there.
+        self.require_raw_hook("raw_get", "raw_set")
+        rng = np.random.default_rng(16)
+        first, second = (rng.integers(0, 256, 20 * MiB + 3, dtype=np.uint8).tobytes() for _ in range(2))
+        store["big/0.0"] = first
+        assert self.raw_get(store, "big/0.0") == first, "a 20 MiB value is not stored byte for byte"
+        self.raw_set(store, "big/0.1", second)
+        store = self.reopened_if_closed(store, location)
+        try:
+            assert store["big/0.1"] == second, "a 20 MiB value written out of band is not read back"
+            assert store.getsize("big/0.1") == len(second)
+            assert store.get_range("big/0.1", 20 * MiB, 10) == second[20 * MiB : 20 * MiB + 10]
+        finally:
+            store.close()
+
     # ------------------------------------------------------------- stateful
     def test_stateful_against_dict(self, tmp_path_factory: pytest.TempPathFactory) -> None:
         run_stateful_test(self, tmp_path_factory)
+
+
+def _shown(value: bytes | None) -> str:
+    """A short description of stored bytes for an assertion message."""
+    if value is None:
+        return "nothing"
+    return f"{len(value)} bytes {bytes(value[:12])!r}{'...' if len(value) > 12 else ''}"
 
 
 def _slice_stop(start: int, length: int, size: int) -> int:

@@ -1,0 +1,167 @@
+"""Each backend's stored bytes, read and written around the store: the raw hooks of StoreTests.
+
+``StoreTests.raw_get``/``raw_set`` must not go through the store under test,
+or a store that agrees with itself but stores the wrong bytes would pass.
+These functions reach each backend with its own library (``sqlite3``,
+``zipfile``, ``dbm``, ``lmdb``) and its documented layout, using only the
+store's public attributes (``path``, ``table``, ``store`` of a wrapper) and
+public methods (``flush``, ``close``).  The one exception is MemoryStore,
+whose backend *is* its dict ``_data``.
+
+Examples
+--------
+>>> from zstores import MemoryStore
+>>> store = MemoryStore()
+>>> memory_set(store, "a/b", b"xyz")
+>>> store["a/b"], memory_get(store, "a/b"), memory_get(store, "nope")
+(b'xyz', b'xyz', None)
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from zstores import Store
+
+# ------------------------------------------------------------------ memory
+
+
+def memory_get(store: Store, key: str) -> bytes | None:
+    """The value in a MemoryStore's dict (its whole backend)."""
+    return store._data.get(key)  # type: ignore[attr-defined]
+
+
+def memory_set(store: Store, key: str, value: bytes) -> None:
+    store._data[key] = bytes(value)  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ sqlite
+def _sqlite_table(store: Store) -> str:
+    if store.path == ":memory:":  # type: ignore[attr-defined]
+        pytest.skip("SQLiteStore(':memory:') keeps its database inside its own connection: "
+                    "no second connection can reach it out of band")
+    return '"' + store.table.replace('"', '""') + '"'  # type: ignore[attr-defined]
+
+
+def sqlite_get(store: Store, key: str) -> bytes | None:
+    """The ``v`` column of the row whose ``k`` is ``key``, by a second connection."""
+    table = _sqlite_table(store)
+    with closing(sqlite3.connect(store.path, timeout=30)) as db:  # type: ignore[attr-defined]
+        row = db.execute(f"SELECT v FROM {table} WHERE k = ?", (key,)).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def sqlite_set(store: Store, key: str, value: bytes) -> None:
+    table = _sqlite_table(store)
+    with closing(sqlite3.connect(store.path, timeout=30)) as db:  # type: ignore[attr-defined]
+        with db:
+            db.execute(f"INSERT OR REPLACE INTO {table}(k, v) VALUES (?, ?)", (key, value))
+
+
+# --------------------------------------------------------------------- zip
+def zip_get(store: Store, key: str) -> bytes | None:
+    """The member named ``key`` in the archive's central directory, read by ``zipfile``.
+
+    A value is in the archive's directory only after ``flush()``.
+    """
+    if not store.closed:
+        store.flush()  # type: ignore[attr-defined]
+    with zipfile.ZipFile(store.path) as archive:  # type: ignore[attr-defined]
+        try:
+            return archive.read(key)
+        except KeyError:
+            return None
+
+
+def zip_set(store: Store, key: str, value: bytes, compression: int) -> None:
+    """Append a member with ``zipfile``; the store is closed first, as it owns the file's end."""
+    store.close()
+    with zipfile.ZipFile(store.path, "a", compression=compression) as archive:  # type: ignore[attr-defined]
+        archive.writestr(key, value)
+
+
+# --------------------------------------------------------------------- dbm
+# The store keeps its dbm open (dbm.gnu locks it; dbm.dumb writes its index
+# at sync), so the raw hooks close it and open the files with the dbm module.
+def dbm_get(store: Store, key: str, open_function: Callable) -> bytes | None:
+    """The value under the UTF-8 key, read with the flavour's own ``open``."""
+    store.close()
+    with closing(open_function(str(store.path), "r")) as db:  # type: ignore[attr-defined]
+        encoded = key.encode("utf-8")
+        return bytes(db[encoded]) if encoded in db else None
+
+
+def dbm_set(store: Store, key: str, value: bytes, open_function: Callable) -> None:
+    store.close()
+    with closing(open_function(str(store.path), "w")) as db:  # type: ignore[attr-defined]
+        db[key.encode("utf-8")] = value
+
+
+# -------------------------------------------------------------------- lmdb
+# py-lmdb forbids opening one environment twice in a process (closing either
+# handle drops the other's locks, and the store keeps its own open), so a
+# child process opens it: that is also exactly what another program does.
+_LMDB_CHILD = r"""
+import os, sys, lmdb
+path, operation, key = sys.argv[1], sys.argv[2], sys.argv[3].encode("utf-8")
+subdir = os.path.isdir(path)
+data = os.path.join(path, "data.mdb") if subdir else path
+if operation == "get":
+    env = lmdb.open(path, subdir=subdir, readonly=True)
+    with env.begin() as txn:
+        value = txn.get(key)
+    sys.stdout.buffer.write(b"0" if value is None else b"1" + bytes(value))
+else:
+    value = sys.stdin.buffer.read()
+    env = lmdb.open(path, subdir=subdir, map_size=os.path.getsize(data) + 2 * len(value) + (1 << 20))
+    with env.begin(write=True) as txn:
+        txn.put(key, value)
+env.close()
+"""
+
+
+def _lmdb_child(store: Store, operation: str, key: str, value: bytes = b"") -> bytes:
+    done = subprocess.run(
+        [sys.executable, "-c", _LMDB_CHILD, store.path, operation, key],  # type: ignore[attr-defined]
+        input=value, capture_output=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return done.stdout
+
+
+def lmdb_get(store: Store, key: str) -> bytes | None:
+    """The value under the UTF-8 key in the environment's main database, read by a child process."""
+    out = _lmdb_child(store, "get", key)
+    return None if out == b"0" else out[1:]
+
+
+def lmdb_set(store: Store, key: str, value: bytes) -> None:
+    _lmdb_child(store, "set", key, value)
+
+
+# -------------------------------------------------------------- file trees
+def file_get(path: Path) -> bytes | None:
+    """The bytes of a regular file, or None if there is none at ``path``."""
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+def file_set(path: Path, value: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(value)
+
+
+def under(root: str | os.PathLike, relative: str) -> Path:
+    """``relative`` (a key, ``/``-separated) as a path under ``root``."""
+    return Path(root, *relative.split("/"))
