@@ -165,3 +165,50 @@ def file_set(path: Path, value: bytes) -> None:
 def under(root: str | os.PathLike, relative: str) -> Path:
     """``relative`` (a key, ``/``-separated) as a path under ``root``."""
     return Path(root, *relative.split("/"))
+
+
+def directory_get(store: Store, key: str) -> bytes | None:
+    """The file at the key's path under a DirectoryStore's folder."""
+    return file_get(under(store.path, key))  # type: ignore[attr-defined]
+
+
+def directory_set(store: Store, key: str, value: bytes) -> None:
+    file_set(under(store.path, key), value)  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------- hooks for test classes
+def backend_of(store: Store) -> Store:
+    """The innermost store under wrappers (LRUStoreCache, ConsolidatedStore): its backend holds the bytes."""
+    while isinstance(getattr(store, "store", None), Store):
+        store = store.store  # type: ignore[attr-defined]
+    return store
+
+
+class MemoryRawHooks:
+    """StoreTests raw hooks for a MemoryStore, bare or wrapped."""
+
+    def raw_get(self, store: Store, key: str) -> bytes | None:
+        return memory_get(backend_of(store), key)
+
+    def raw_set(self, store: Store, key: str, value: bytes) -> None:
+        memory_set(backend_of(store), key, value)
+
+
+class SQLiteRawHooks:
+    """StoreTests raw hooks for an SQLiteStore, bare or wrapped."""
+
+    def raw_get(self, store: Store, key: str) -> bytes | None:
+        return sqlite_get(backend_of(store), key)
+
+    def raw_set(self, store: Store, key: str, value: bytes) -> None:
+        sqlite_set(backend_of(store), key, value)
+
+
+class DirectoryRawHooks:
+    """StoreTests raw hooks for a (flat) DirectoryStore, bare or wrapped."""
+
+    def raw_get(self, store: Store, key: str) -> bytes | None:
+        return directory_get(backend_of(store), key)
+
+    def raw_set(self, store: Store, key: str, value: bytes) -> None:
+        directory_set(backend_of(store), key, value)

@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pytest
+from raw_access import DirectoryRawHooks, MemoryRawHooks, SQLiteRawHooks
 
 import zstores
 from zstores import DirectoryStore, LMDBStore, LRUStoreCache, MemoryStore, SQLiteStore
@@ -16,18 +17,18 @@ from zstores.testing import StoreTests
 from zstores.wrappers import cache as cache_module
 
 
-class TestCacheOverMemory(StoreTests):
+class TestCacheOverMemory(MemoryRawHooks, StoreTests):
     def open_store(self, location, mode="a"):
         return LRUStoreCache(MemoryStore(mode=mode), max_size=None)
 
 
-class TestSmallCacheOverSQLite(StoreTests):
+class TestSmallCacheOverSQLite(SQLiteRawHooks, StoreTests):
     # 300 bytes: the harness's values keep evicting each other.
     def open_store(self, location, mode="a"):
         return LRUStoreCache(SQLiteStore(location, mode=mode), max_size=300)
 
 
-class TestCacheOverDirectory(StoreTests):
+class TestCacheOverDirectory(DirectoryRawHooks, StoreTests):
     def open_store(self, location, mode="a"):
         return LRUStoreCache(DirectoryStore(location, mode=mode), max_size=1 << 20)
 

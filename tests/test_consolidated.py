@@ -10,6 +10,7 @@ import shutil
 
 import numpy as np
 import pytest
+from raw_access import MemoryRawHooks, SQLiteRawHooks
 
 import zstores
 from zstores import (
@@ -28,7 +29,7 @@ from zstores.wrappers import consolidated as consolidated_module
 EMPTY = {"metadata": {}, "zarr_consolidated_format": 1}
 
 
-class TestConsolidatedSubgroupOverSQLite(StoreTests):
+class TestConsolidatedSubgroupOverSQLite(SQLiteRawHooks, StoreTests):
     """The harness's keys lie outside the consolidated group "cons": the wrapper
     passes them through, so this checks that every operation is delegated."""
 
@@ -36,7 +37,7 @@ class TestConsolidatedSubgroupOverSQLite(StoreTests):
         return ConsolidatedStore(SQLiteStore(location, mode=mode), EMPTY, path="cons", mode=None)
 
 
-class TestConsolidatedRootOverMemory(StoreTests):
+class TestConsolidatedRootOverMemory(MemoryRawHooks, StoreTests):
     """Consolidated at the root: the harness's writes of ``.zgroup``, ``.zarray`` and
     ``.zattrs`` are refused, by design; each such test must fail with ReadOnlyError
     on that key and nothing else.  Every other test runs unchanged."""
@@ -89,7 +90,7 @@ class TestConsolidatedRootOverMemory(StoreTests):
 EMPTY_V3 = {"kind": "inline", "must_understand": False, "metadata": {}}
 
 
-class TestConsolidatedV3RootOverMemory(StoreTests):
+class TestConsolidatedV3RootOverMemory(MemoryRawHooks, StoreTests):
     """Format 3 consolidated at the root: only ``zarr.json`` keys are served, and the
     harness writes none, so every test (``.zgroup`` writes included) runs unchanged."""
 
