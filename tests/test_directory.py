@@ -62,12 +62,25 @@ def stray_temp_name(seed: int = 0) -> str:
 
 
 # ------------------------------------------------------------------ harness
-class TestDirectoryStore(StoreTests):
+class FolderHooks:
+    """The harness's out-of-band hooks: each key is the file at its (mapped) path."""
+
+    def raw_get(self, store, key):
+        path = Path(store.path) / self.canonical_key(key)
+        return path.read_bytes() if path.is_file() else None
+
+    def raw_set(self, store, key, value):
+        path = Path(store.path) / self.canonical_key(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(value)
+
+
+class TestDirectoryStore(FolderHooks, StoreTests):
     def open_store(self, location, mode="a"):
         return DirectoryStore(location, mode=mode)
 
 
-class TestNestedDirectoryStore(StoreTests):
+class TestNestedDirectoryStore(FolderHooks, StoreTests):
     def open_store(self, location, mode="a"):
         return NestedDirectoryStore(location, mode=mode)
 

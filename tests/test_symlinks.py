@@ -215,6 +215,8 @@ READS: dict[str, Callable[[Store], object]] = {
     "get a linked key deeper": lambda s: s["real/sub/lnkfile"],
     "contains a linked key deeper": lambda s: "real/sub/lnkfile" in s,
     "getsize of a linked key deeper": lambda s: s.getsize("real/sub/lnkfile"),
+    "stat of a linked key": lambda s: s.stat("lnkfile"),
+    "stat through a link": lambda s: s.stat("lnkdir/secret"),
     "get_range": lambda s: s.get_range("lnkdir/secret", 1, 4),
     "get_range of a linked key": lambda s: s.get_range("lnkfile", -3),
     "getitems": lambda s: s.getitems(["top", "lnkdir/x"]),

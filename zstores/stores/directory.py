@@ -980,11 +980,17 @@ class DirectoryStore(Store):
             return True
         return self._root_replaced() and self._stat_key(key) is not None
 
-    def _getsize_key(self, key: str) -> int:
+    def _stat(self, key: str) -> int | None:
         info = self._stat_key(key)
-        if info is None:
+        if info is None and self._root_replaced():
+            info = self._stat_key(key)
+        return None if info is None else info.st_size
+
+    def _getsize_key(self, key: str) -> int:
+        size = self._stat(key)
+        if size is None:
             raise KeyError(key)
-        return info.st_size
+        return size
 
     # -------------------------------------------------------------- listings
     def _open_prefix(self, prefix: str) -> int | None:
