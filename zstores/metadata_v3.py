@@ -164,7 +164,7 @@ def check_consolidated_field(field: Any, where: str) -> dict[str, dict[str, Any]
     >>> listing = check_consolidated_field(consolidated_field({"a": group_document()}), "z")
     >>> list(listing), listing["a"]["node_type"]
     (['a'], 'group')
-    >>> check_consolidated_field({"kind": "remote"}, "zarr.json")
+    >>> check_consolidated_field({"kind": "remote"}, "zarr.json")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     zstores.hierarchy.MetadataError: 'zarr.json' has consolidated_metadata of kind 'remote'; ...
@@ -215,7 +215,7 @@ def data_type(dtype: np.dtype, key: str = "") -> str | dict[str, Any]:
     --------
     >>> data_type(np.dtype(">i2")), data_type(np.dtype("<U3"))
     ('int16', {'name': 'fixed_length_utf32', 'configuration': {'length_bytes': 12}})
-    >>> data_type(np.dtype("O"), "x/.zarray")
+    >>> data_type(np.dtype("O"), "x/.zarray")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     zstores.hierarchy.MetadataError: 'x/.zarray' cannot be written as Zarr format 3: object ...

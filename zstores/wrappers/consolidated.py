@@ -377,18 +377,17 @@ def _check_format(zarr_format: int | None) -> None:
                          "(None: 3 if the group has zarr.json and no .zgroup, else 2)")
 
 
-def _metadata_documents(store: Store, prefix: str, names: frozenset[str],
+def _metadata_documents(store: Store, path: str, names: frozenset[str],
                         skip: str) -> dict[str, Any]:
-    """Every metadata document below ``prefix`` (but ``skip``), decoded, by key."""
-    store._check_open()
-    keys = [key for key in store._list_prefix(prefix) if _name(key) in names and key != skip]
+    """Every metadata document below the group ``path`` (but ``skip``), decoded, by key."""
+    keys = [key for key in store.list_prefix(path) if _name(key) in names and key != skip]
     values = store.getitems(keys)
     return {key: _decode(key, value) for key, value in sorted(values.items())}
 
 
 def _consolidate_v2(store: Store, path: str) -> dict[str, Any]:
     prefix = prefix_of(path)
-    found = _metadata_documents(store, prefix, METADATA_NAMES, prefix + CONSOLIDATED_KEY)
+    found = _metadata_documents(store, path, METADATA_NAMES, prefix + CONSOLIDATED_KEY)
     documents = {key[len(prefix):]: document for key, document in found.items()}
     document = {"metadata": documents, "zarr_consolidated_format": CONSOLIDATED_FORMAT}
     store[prefix + CONSOLIDATED_KEY] = _json_bytes(document)
@@ -407,7 +406,7 @@ def _consolidate_v3(store: Store, path: str) -> dict[str, Any]:
         raise MetadataError(f"{key!r} in {store!r} is not a Zarr format 3 group (node_type "
                             f"{group.get('node_type') if isinstance(group, dict) else group!r})"
                             "; only groups hold consolidated metadata")
-    found = _metadata_documents(store, prefix, frozenset({NODE_KEY}), key)
+    found = _metadata_documents(store, path, frozenset({NODE_KEY}), key)
     nodes = {node_key[len(prefix):-len(NODE_KEY) - 1]: document
              for node_key, document in found.items()}
     field = metadata_v3.consolidated_field(nodes)
@@ -559,7 +558,7 @@ def open_consolidated(
     >>> _ = zstores.consolidate_metadata(store, path="g")
     >>> zstores.open_consolidated(store, path="g").listdir("g")
     ['.zgroup', '.zmetadata']
-    >>> zstores.open_consolidated(store)
+    >>> zstores.open_consolidated(store)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     KeyError: "no consolidated metadata: '.zmetadata' is missing in MemoryStore(mode='a') and ..."
