@@ -21,8 +21,12 @@ import ctypes.util
 import os
 import shutil
 import sys
+from typing import Any
 
-__all__ = ["libfuse_version", "load_mfusepy"]
+__all__ = ["MISSING_MFUSEPY", "libfuse_version", "load_mfusepy", "require_mfusepy"]
+
+#: What to do when mfusepy, the optional package zfuse mounts with, is missing.
+MISSING_MFUSEPY = "zfuse needs mfusepy: pip install 'zstores[fuse]'"
 
 _FORCE = "ZFUSE_LIBFUSE"
 _PATH = "FUSE_LIBRARY_PATH"
@@ -52,6 +56,28 @@ def load_mfusepy() -> None:
     finally:
         if path is not None:
             del os.environ[_PATH]
+
+
+def require_mfusepy() -> Any:
+    """The mfusepy module, or an ImportError naming the extra that installs it.
+
+    Raises
+    ------
+    ModuleNotFoundError
+        If mfusepy is not installed: ``zfuse needs mfusepy: pip install 'zstores[fuse]'``.
+
+    Examples
+    --------
+    >>> require_mfusepy().__name__
+    'mfusepy'
+    """
+    try:
+        import mfusepy
+    except ModuleNotFoundError as error:
+        if error.name != "mfusepy":
+            raise
+        raise ModuleNotFoundError(MISSING_MFUSEPY, name="mfusepy") from None
+    return mfusepy
 
 
 def _library_path() -> str | None:

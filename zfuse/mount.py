@@ -11,7 +11,6 @@ in a daemon process instead (``zfuse.cli``).
 from __future__ import annotations
 
 import ctypes
-import functools
 import logging
 import os
 import re
@@ -27,16 +26,23 @@ from typing import TYPE_CHECKING, Any, Self
 from zstores import Store, ZStoresError
 
 from . import registry
+from ._libfuse import MISSING_MFUSEPY, require_mfusepy
+from .mounttable import is_mounted, mount_entry
+from .options import SUBTYPE, fuse_options, parse_fuse_options
 
 if TYPE_CHECKING:
     from .operations import StoreOperations
 
-# .operations (and with it mfusepy) is imported by the functions that mount:
-# unmounting and listing mounts work without mfusepy installed.
+# .operations and ._fuse (and with them mfusepy) are imported by the functions
+# that mount: unmounting and listing mounts work without mfusepy installed.
+# The mount table is .mounttable, libfuse's options .options, the FUSE class
+# with zfuse's hot paths ._fuse; their public names are re-exported here.
 
 log = logging.getLogger("zfuse")
 
 __all__ = [
+    "MISSING_MFUSEPY",
+    "SUBTYPE",
     "Mount",
     "MountError",
     "check_mountpoint",
@@ -44,16 +50,11 @@ __all__ = [
     "is_mounted",
     "mount",
     "mounted",
+    "parse_fuse_options",
     "raise_read_ahead",
     "require_mfusepy",
     "unmount",
 ]
-
-#: What to do when mfusepy, the optional package zfuse mounts with, is missing.
-MISSING_MFUSEPY = "zfuse needs mfusepy: pip install 'zstores[fuse]'"
-
-#: The filesystem type zfuse mounts show in /proc/mounts.
-SUBTYPE = "zfuse"
 
 # Seconds to wait for a mount to answer, and for a busy mount to become free.
 _READY_TIMEOUT = 30.0
@@ -66,61 +67,12 @@ READ_AHEAD_KIB = 1024
 
 _DAEMON_FSNAME = re.compile(r"zfuse-(\d+)\Z")
 
-# libfuse 3's default number of worker threads (its max_threads option).
-_MAX_THREADS = 10
-
 
 class MountError(ZStoresError, OSError):
     """A mount point is unusable, or mounting or unmounting failed; the message says why."""
 
 
-def require_mfusepy() -> Any:
-    """The mfusepy module, or an ImportError naming the extra that installs it.
-
-    Raises
-    ------
-    ModuleNotFoundError
-        If mfusepy is not installed: ``zfuse needs mfusepy: pip install 'zstores[fuse]'``.
-
-    Examples
-    --------
-    >>> require_mfusepy().__name__
-    'mfusepy'
-    """
-    try:
-        import mfusepy
-    except ModuleNotFoundError as error:
-        if error.name != "mfusepy":
-            raise
-        raise ModuleNotFoundError(MISSING_MFUSEPY, name="mfusepy") from None
-    return mfusepy
-
-
-# ------------------------------------------------------------ mount table
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def _mount_entry(path: str) -> tuple[str, str] | None:
-    """(source, type) of the mount at ``path`` per /proc/self/mounts, or None."""
-    wanted = {os.path.abspath(path), os.path.realpath(path)}
-    entry = None
-    try:
-        with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as table:
-            for line in table:
-                fields = line.split(" ")
-                if len(fields) >= 3 and _unescape(fields[1]) in wanted:
-                    entry = (_unescape(fields[0]), fields[2])  # the last mount on top wins
-    except FileNotFoundError:
-        return None
-    return entry
-
-
-def is_mounted(path: str | os.PathLike[str]) -> bool:
-    """True if something is mounted at ``path`` (also a mount whose daemon died)."""
-    return _mount_entry(os.fspath(path)) is not None
-
-
+# ------------------------------------------------------------ mount points
 def raise_read_ahead(path: str | os.PathLike[str], kib: int = READ_AHEAD_KIB) -> bool:
     """Let the kernel read ahead ``kib`` KiB at a time on the mount at ``path``.
 
@@ -152,7 +104,7 @@ def check_mountpoint(path: str | os.PathLike[str]) -> str:
         If it is missing, not a directory, not empty or already mounted.
     """
     path = os.path.abspath(os.fspath(path))
-    entry = _mount_entry(path)
+    entry = mount_entry(path)
     if entry is not None:
         raise MountError(
             f"{path} is already a mount point ({entry[1]}); unmount it first "
@@ -169,193 +121,6 @@ def check_mountpoint(path: str | os.PathLike[str]) -> str:
     if os.listdir(path):
         raise MountError(f"mount point {path} is not empty; mount on an empty directory")
     return path
-
-
-# ------------------------------------------------------------ options
-def fuse_options(
-    *,
-    read_only: bool = False,
-    attr_timeout: float = 1.0,
-    allow_other: bool = False,
-    fsname: str = SUBTYPE,
-    extra: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The libfuse options of a zfuse mount, as ``mfusepy.FUSE`` keyword arguments.
-
-    ``extra`` (``-o`` options: ``{"name": value}``, ``True`` for a flag) is
-    applied last and may override any of them.
-
-    Examples
-    --------
-    >>> fuse_options(read_only=True)["ro"], fuse_options()["hard_remove"]
-    (True, True)
-    """
-    mfusepy = require_mfusepy()
-    from .operations import BLOCK_SIZE
-
-    if attr_timeout < 0:
-        raise ValueError(f"attr_timeout must be >= 0 seconds, not {attr_timeout}")
-    options: dict[str, Any] = {
-        "fsname": fsname,
-        "subtype": SUBTYPE,
-        # stat() shows our inode numbers (stable per key, new for new values).
-        "use_ino": True,
-        # unlink really unlinks: no .fuse_hidden* keys for files still open.
-        "hard_remove": True,
-        # the kernel checks the modes it shows; it then needs no access() calls.
-        "default_permissions": True,
-        "attr_timeout": attr_timeout,
-        "entry_timeout": attr_timeout,
-        "negative_timeout": attr_timeout,
-    }
-    if mfusepy.fuse_version_major == 2:
-        # O_TRUNC reaches open() instead of a separate truncate that would
-        # empty the stored value before the new one is written.
-        options.update(atomic_o_trunc=True, big_writes=True, max_write=BLOCK_SIZE,
-                       max_read=BLOCK_SIZE)
-    else:
-        # libfuse 3 has atomic O_TRUNC and big writes by default; closing a
-        # file opened read-only then sends no FLUSH (nothing to write back).
-        options["no_rofd_flush"] = True
-        # libfuse 3.12 to 3.14 start with max_idle_threads = -1 ("never end
-        # idle threads"), then reject that very value with "Ignoring invalid
-        # max threads value 4294967295 > max (100000)." on every mount.  Idle
-        # threads up to max_threads (libfuse's default 10) is the same thing:
-        # worker threads never end, so the thread state each keeps is never lost.
-        options["max_idle_threads"] = (extra or {}).get("max_threads", _MAX_THREADS)
-    if read_only:
-        options["ro"] = True
-    if allow_other:
-        options["allow_other"] = True
-    options.update(extra or {})
-    return options
-
-
-def parse_fuse_options(texts: list[str]) -> dict[str, Any]:
-    """``["a=1,b", "c"]`` (``-o`` arguments) as ``{"a": "1", "b": True, "c": True}``."""
-    options: dict[str, Any] = {}
-    for text in texts:
-        for item in text.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            name, sep, value = item.partition("=")
-            options[name] = value if sep else True
-    return options
-
-
-# ------------------------------------------------------------ serving
-_thread_state = threading.local()
-
-
-@functools.cache
-def _fuse_class() -> type:
-    """``mfusepy.FUSE`` with a few changes on the hot path (built on first use).
-
-    * Each libfuse worker thread keeps one Python thread state for its whole
-      life.  A callback from a thread Python did not start otherwise creates
-      and destroys a thread state per call, which costs as much as the rest
-      of a small request together.
-    * Attributes are written into libfuse's ``struct stat`` once per cached
-      entry and copied afterwards, without mfusepy's generic per-field work.
-    * Reads copy once, from the bytes the store returned to libfuse's
-      buffer, instead of slicing them first.
-    * Directory entries go to libfuse's filler with only what the kernel
-      keeps of them (type and inode), without mfusepy's generic per-entry checks.
-    """
-
-    import mfusepy
-
-    ensure = ctypes.pythonapi.PyGILState_Ensure
-    stat_size = ctypes.sizeof(mfusepy.c_stat)
-
-    def pack_stat(attrs: Mapping[str, int]) -> bytes:
-        st = mfusepy.c_stat()
-        st.st_mode = attrs["st_mode"]
-        st.st_ino = attrs["st_ino"]
-        st.st_nlink = attrs["st_nlink"]
-        st.st_uid = attrs["st_uid"]
-        st.st_gid = attrs["st_gid"]
-        st.st_size = attrs["st_size"]
-        st.st_blocks = attrs["st_blocks"]
-        st.st_blksize = attrs["st_blksize"]
-        for name in ("st_atime", "st_mtime", "st_ctime"):
-            spec = getattr(st, name + "spec")
-            spec.tv_sec, spec.tv_nsec = divmod(attrs[name], 10**9)
-        return ctypes.string_at(ctypes.addressof(st), stat_size)
-
-    class FUSE(mfusepy.FUSE):
-        def __init__(self, operations: Any, mountpoint: str, **kwargs: Any) -> None:
-            self._max_read = int(kwargs.get("max_read") or 0)
-            super().__init__(operations, mountpoint, **kwargs)
-
-        def init_fuse_3(self, conn: Any, config: Any) -> None:
-            # libfuse 3 refuses a max_read mount option that init does not repeat.
-            if self._max_read and conn:
-                conn.contents.max_read = self._max_read
-            super().init_fuse_3(conn, config)
-
-        def _wrapper(self, func: Any, *args: Any, **kwargs: Any) -> Any:
-            if not getattr(_thread_state, "pinned", False):
-                ensure()  # never released: the thread state outlives this call
-                _thread_state.pinned = True
-            return super()._wrapper(func, *args, **kwargs)
-
-        def fgetattr(self, path: bytes | None, buf: Any, fip: Any) -> int:
-            attrs = self.operations.getattr(
-                None if path is None else path.decode(self.encoding, self.errors),
-                fip.contents if fip else None,
-            )
-            packed = getattr(attrs, "packed", None)
-            if packed is None:
-                packed = pack_stat(attrs)
-                if hasattr(attrs, "packed"):
-                    attrs.packed = packed  # a cached entry is packed once
-            ctypes.memmove(buf, packed, stat_size)
-            return 0
-
-        def read(self, path: bytes | None, buf: Any, size: int, offset: int, fip: Any) -> int:
-            data, start, length = self.operations.read_view(
-                None if path is None else path.decode(self.encoding, self.errors),
-                size, offset, fip.contents if fip else None)
-            if type(data) is not bytes:  # a backend returned another buffer type
-                data, start = bytes(data[start:start + length]), 0
-            if length:
-                # Copy straight from the bytes object; ``data`` stays referenced here.
-                address = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
-                ctypes.memmove(buf, address + start, length)
-            return length
-
-        def _fill(self, path: bytes | None, buf: Any, filler: Any, fip: Any,
-                  *flags: int) -> int:
-            entries = self.operations.listing(
-                None if path is None else path.decode(self.encoding, self.errors),
-                fip.contents.fh,
-            )
-            st = mfusepy.c_stat()
-            encoding, errors = self.encoding, self.errors
-            for name, mode, ino in entries:
-                st.st_mode = mode
-                st.st_ino = ino
-                if filler(buf, name.encode(encoding, errors), st, 0, *flags):
-                    break
-            return 0
-
-        def readdir_fuse_2(self, path: bytes | None, buf: Any, filler: Any, offset: int,
-                           fip: Any) -> int:
-            return self._fill(path, buf, filler, fip)
-
-        def readdir_fuse_3(self, path: bytes | None, buf: Any, filler: Any, offset: int,
-                           fip: Any, flags: int) -> int:
-            # Entries without FUSE_FILL_DIR_PLUS: a READDIRPLUS then carries
-            # names only, and a stat still asks getattr (served from our cache).
-            return self._fill(path, buf, filler, fip, 0)
-
-        def truncate_fuse_3(self, path: bytes | None, length: int, fip: Any) -> int:
-            # libfuse 3 sends ftruncate here, with the open file (mfusepy drops it).
-            return self.ftruncate(path, length, fip)
-
-    return FUSE
 
 
 # ------------------------------------------------------------ mounting
@@ -496,6 +261,7 @@ def mount(
     b'hi'
     """
     require_mfusepy()
+    from ._fuse import fuse_class
     from .operations import operations_for
 
     path = check_mountpoint(mountpoint)
@@ -519,7 +285,7 @@ def mount(
 
     def serve() -> None:
         try:
-            _fuse_class()(operations, path, raw_fi=True, foreground=True, **options)
+            fuse_class()(operations, path, raw_fi=True, foreground=True, **options)
         except RuntimeError as error:
             if not _ended_by_signal(error, operations):
                 raise
@@ -672,7 +438,7 @@ def unmount(mountpoint: str | os.PathLike[str], *, lazy: bool = False,
         If nothing is mounted there, it is not a FUSE mount, or it stays busy.
     """
     path = os.path.abspath(os.fspath(mountpoint))
-    entry = _mount_entry(path)
+    entry = mount_entry(path)
     if entry is None:
         raise MountError(f"{path} is not mounted")
     source, kind = entry
@@ -684,7 +450,7 @@ def unmount(mountpoint: str | os.PathLike[str], *, lazy: bool = False,
     deadline = time.monotonic() + timeout
     while True:
         done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode == 0 or _mount_entry(path) is None:
+        if done.returncode == 0 or mount_entry(path) is None:
             break
         message = (done.stderr or done.stdout).strip().splitlines()
         reason = message[-1] if message else f"exit status {done.returncode}"

@@ -1,6 +1,6 @@
 """What zfuse has mounted on this machine: the mount table plus a small record per mount.
 
-The kernel's mount table (``/proc/self/mountinfo``) says where zfuse mounts
+The kernel's mount table (``/proc/self/mountinfo``, read by ``zfuse.mounttable``) says where zfuse mounts
 are (filesystem type ``fuse.zfuse``) and, for mounts made by the ``zfuse``
 command, the serving process (the source is ``zfuse-PID``).  It cannot say
 which store a mount shows, so the serving process also writes a record, a
@@ -20,13 +20,12 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
-__all__ = ["MountInfo", "forget", "mounts", "record", "runtime_dir", "zfuse_mount_table"]
+from .mounttable import FSTYPE, zfuse_mount_table
 
-#: The filesystem type of every zfuse mount in the mount table.
-FSTYPE = "fuse.zfuse"
+__all__ = ["FSTYPE", "MountInfo", "forget", "mounts", "record", "runtime_dir",
+           "zfuse_mount_table"]
 
 _SOURCE_PID = re.compile(r"zfuse-(\d+)\Z")
 
@@ -133,25 +132,6 @@ def _read(path: str) -> dict[str, object] | None:
     except (OSError, ValueError):
         return None
     return entry if isinstance(entry, dict) else None
-
-
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def zfuse_mount_table() -> Iterator[tuple[str, str]]:
-    """``(mountpoint, source)`` of every zfuse mount in this mount namespace, in mount order."""
-    try:
-        table = open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape")
-    except FileNotFoundError:
-        return
-    with table:
-        for line in table:
-            # mountinfo: ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [TAGS...] - FSTYPE SOURCE SUPER
-            head, sep, tail = line.rstrip("\n").partition(" - ")
-            fields, after = head.split(" "), tail.split(" ")
-            if sep and len(fields) >= 5 and len(after) >= 2 and after[0] == FSTYPE:
-                yield _unescape(fields[4]), _unescape(after[1])
 
 
 def _alive(pid: int) -> bool:
