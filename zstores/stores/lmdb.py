@@ -713,6 +713,14 @@ class LMDBStore(Store):
 
         return self._run(work)
 
+    def _stat(self, key: str) -> int | None:
+        # One read transaction; the value is a view of the map, never copied.
+        def work(txn: lmdb.Transaction) -> int | None:
+            value = txn.get(key.encode())
+            return None if value is None else len(value)
+
+        return self._run(work)
+
     def _getsize_prefix(self, prefix: str) -> int:
         encoded = prefix.encode()
 

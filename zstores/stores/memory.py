@@ -58,6 +58,10 @@ class MemoryStore(Store):
     def _getsize_key(self, key: str) -> int:
         return len(self._data[key])
 
+    def _stat(self, key: str) -> int | None:
+        value = self._data.get(key)
+        return None if value is None else len(value)
+
     def _len(self) -> int:
         return len(self._data)
 

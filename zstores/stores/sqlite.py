@@ -788,6 +788,11 @@ class SQLiteStore(Store):
             raise KeyError(key)
         return row[0]
 
+    def _stat(self, key: str) -> int | None:
+        # One query: no row means no key, so an empty value needs no second look.
+        row = self._fetchone(f"SELECT {_SIZE} FROM {self._q} WHERE k = ?", (key,))
+        return None if row is None else row[0]
+
     def _getsize_prefix(self, prefix: str) -> int:
         where, params = _key_range(prefix)
         row = self._fetchone(

@@ -282,9 +282,25 @@ class LRUStoreCache(WrapperStore):
         return value[start : None if length is None else _range_stop(start, length, len(value))]
 
     def _getsize_key(self, key: str) -> int:
+        size = self._stat(key)
+        if size is None:
+            raise KeyError(key)
+        return size
+
+    def _stat(self, key: str) -> int | None:
+        # A cached value or a cached "absent" answers without the store; the
+        # store's stat caches nothing (it reads no value).
         with self._lock:
             value = self._values.get(key)
-        return len(value) if value is not None else self._store.getsize(key)
+            if value is None and self._keys_cache is not None:
+                absent = key not in self._keys_set
+            else:
+                absent = self._contains_cache.get(key) is False
+        if value is not None:
+            return len(value)
+        if absent:
+            return None
+        return self._store.stat(key)
 
     def _contains(self, key: str) -> bool:
         with self._lock:

@@ -2,11 +2,13 @@
 
 The wrappers (``LRUStoreCache``, ``ConsolidatedStore``) derive from it and
 override only what they change.  Each primitive and fast path calls the inner
-store's public method (which checks that store is open and writable), except
-prefix listings and prefix sizes, which have no public form and call the
-inner store's own fast path directly.  Keys reach the primitives normalized by
-the inner store's own key rule, so a wrapper and its store agree on the
-spelling of every key (a nested store's ``0.1`` is ``0/1`` in both).
+store's public method (which checks that store is open and writable, and
+re-normalizes the key: a no-op on a normalized key), so a wrapper never reaches
+into its store's primitives.  Keys reach the primitives normalized by the inner
+store's own rule (``normalize``), so a wrapper and its store agree on the
+spelling of every key (a nested store's ``0.1`` is ``0/1`` in both).  The one
+private call left, ``_location``, is the identity behind ``==``, which has no
+public form.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ class WrapperStore(Store):
             )
         super().__init__(mode=self._wrapper_mode(store, mode))
         self._store = store
-        self._key = store._key  # type: ignore[method-assign]
+        self._key = store.normalize  # type: ignore[method-assign]
         self.supports_range_reads = store.supports_range_reads
         self.supports_process_writers = store.supports_process_writers  # type: ignore[misc]
         self.supports_deletes = store.supports_deletes  # type: ignore[misc]
@@ -99,9 +101,7 @@ class WrapperStore(Store):
         del self._store[key]
 
     def _list_prefix(self, prefix: str) -> Iterable[str]:
-        inner = self._store
-        inner._check_open()
-        return inner._list_prefix(prefix)
+        return self._store.list_prefix(prefix)
 
     # ------------------------------------------------------------ fast paths
     def _contains(self, key: str) -> bool:
@@ -126,12 +126,15 @@ class WrapperStore(Store):
         self._store.rmdir(prefix)
 
     def _getsize_key(self, key: str) -> int:
-        return self._store.getsize(key)
+        # stat, not getsize: a missing key must raise (getsize answers 0), so
+        # Store._stat's fallback costs one inner call for any non-empty key.
+        size = self._store.stat(key)
+        if size is None:
+            raise KeyError(key)
+        return size
 
     def _getsize_prefix(self, prefix: str) -> int:
-        inner = self._store
-        inner._check_open()
-        return inner._getsize_prefix(prefix)
+        return self._store.getsize_prefix(prefix)
 
     def _len(self) -> int:
         return len(self._store)
@@ -167,7 +170,7 @@ class WrapperStore(Store):
         # Reopen the inner store too: a new wrapper must not share (and later
         # close) this one's handle.
         inner_mode = mode if mode == "r" or not self._store.read_only else "r"
-        return type(self)(self._store._reopen_as(inner_mode), **self._wrapper_params(), mode=mode)
+        return type(self)(self._store.reopen(inner_mode), **self._wrapper_params(), mode=mode)
 
     def _location(self) -> Any:
         return (type(self._store), self._store._location())
