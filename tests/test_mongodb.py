@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import subprocess
 import threading
 import time
 import traceback
@@ -609,6 +610,9 @@ def test_cli_and_zfuse_say_one_line_without_the_password(private_mongodb, mountp
                     lambda: run_zfuse("mount", url, str(mountpoint), timeout=60)):
         started = time.monotonic()
         done = command()
+        if str(mountpoint) in zfuse_mounts():  # mounted after all: never leave it behind
+            subprocess.run(["fusermount", "-u", "-z", str(mountpoint)], check=False)
+            pytest.fail(f"zfuse mounted {url} although the store cannot be opened")
         assert time.monotonic() - started < 2 + MARGIN + 5  # connect_timeout + interpreter start
         code = getattr(done, "code", getattr(done, "returncode", None))
         err = done.err if hasattr(done, "err") else done.stderr
