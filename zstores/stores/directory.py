@@ -152,18 +152,15 @@ def _open_folder_at(parent: int, name: str, flags: int = _LIST) -> int | None:
 def _entries(folder: int) -> Iterator[os.DirEntry[str]]:
     """The entries of the folder open as ``folder``, lazily.
 
-    ``scandir`` reads through a duplicate of the descriptor it is given, and
-    duplicates share their read position: it gets a descriptor of its own, so
-    that threads (or forked processes) listing the same folder never share one.
-    That descriptor stays open while the entries are used: on a file system
-    without entry types, ``DirEntry.is_dir`` looks the name up through it.
+    ``folder`` must be a descriptor of the caller's own, opened for this
+    listing: ``scandir`` reads through a duplicate of it, and duplicates share
+    their read position, so two listings through one descriptor (the root's,
+    shared by threads and forked processes) would garble each other.  It
+    must stay open while the entries are used: on a file system without
+    entry types, ``DirEntry.is_dir`` looks the name up through it.
     """
-    own = os.open(".", _LIST, dir_fd=folder)
-    try:
-        with os.scandir(own) as found:
-            yield from found
-    finally:
-        os.close(own)
+    with os.scandir(folder) as found:
+        yield from found
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:
@@ -1097,7 +1094,11 @@ class DirectoryStore(Store):
 
     def _clear(self) -> None:
         self._root_replaced()
-        _empty_folder(self._root_fd)
+        root = os.open(".", _LIST, dir_fd=self._root_fd)  # a descriptor of our own to list
+        try:
+            _empty_folder(root)
+        finally:
+            os.close(root)
 
     # --------------------------------------------------------------- renames
     def _rename_key(self, src: str, dst: str) -> None:
