@@ -23,6 +23,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import uuid
 import zipfile
 from collections.abc import Callable
 from contextlib import closing
@@ -212,3 +213,69 @@ class DirectoryRawHooks:
 
     def raw_set(self, store: Store, key: str, value: bytes) -> None:
         directory_set(backend_of(store), key, value)
+
+
+# ------------------------------------------------------------------- redis
+# A client of the test's own, from the server's URL: not the store's client.
+def redis_get(url: str, store: Store, key: str) -> bytes | None:
+    """The Redis string ``<prefix>:<key>``."""
+    import redis
+
+    with closing(redis.Redis.from_url(url)) as client:
+        return client.get(f"{store.prefix}:{key}")  # type: ignore[attr-defined]
+
+
+def redis_set(url: str, store: Store, key: str, value: bytes) -> None:
+    import redis
+
+    with closing(redis.Redis.from_url(url)) as client:
+        client.set(f"{store.prefix}:{key}", value)  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------- mongodb
+# The layout of MongoDBStore's docstring: {"key": key, "value": <binary>} (what
+# zarr-python 2 writes; the store adds "size"), or, for a value too large for
+# one document, {"key": key, "parts": version, "size": n} and the documents
+# {"version": version, "n": i, "data": <part i>} of the collection "<name>_parts".
+_MONGO_INLINE_MAX = (16 << 20) - (16 << 10)
+_MONGO_PART_SIZE = 8 << 20
+
+
+def _mongo_collections(url: str, store: Store):
+    import pymongo
+
+    client = pymongo.MongoClient(url, serverSelectionTimeoutMS=10_000)
+    own = store.collection  # type: ignore[attr-defined]
+    database = client[own.database.name]
+    return client, database[own.name], database[own.name + "_parts"]
+
+
+def mongodb_get(url: str, store: Store, key: str) -> bytes | None:
+    """The key's document's value, its parts joined in order when it was split."""
+    client, docs, parts = _mongo_collections(url, store)
+    with client:
+        doc = docs.find_one({"key": key})
+        if doc is None:
+            return None
+        if "parts" not in doc:
+            return bytes(doc["value"])
+        found = sorted((part["n"], bytes(part["data"])) for part in parts.find({"version": doc["parts"]}))
+        assert [n for n, _ in found] == list(range(len(found))), f"parts of {key!r} missing: {found}"
+        value = b"".join(data for _, data in found)
+        assert len(value) == doc["size"], f"{key!r}: size {doc['size']} but parts of {len(value)} bytes"
+        return value
+
+
+def mongodb_set(url: str, store: Store, key: str, value: bytes) -> None:
+    """Write as zarr-python 2 does ({"key", "value"}), or as parts when over one document."""
+    from bson import Binary
+
+    client, docs, parts = _mongo_collections(url, store)
+    with client:
+        if len(value) + 4 * len(key) <= _MONGO_INLINE_MAX:
+            docs.replace_one({"key": key}, {"key": key, "value": Binary(value)}, upsert=True)
+            return
+        version = "raw-" + uuid.uuid4().hex
+        parts.insert_many({"version": version, "n": n, "data": Binary(value[start:start + _MONGO_PART_SIZE])}
+                          for n, start in enumerate(range(0, len(value), _MONGO_PART_SIZE)))
+        docs.replace_one({"key": key}, {"key": key, "parts": version, "size": len(value)}, upsert=True)
