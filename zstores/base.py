@@ -36,6 +36,7 @@ from .errors import (
     StoreClosedError,
     StoreExistsError,
     StoreNotFoundError,
+    UnsupportedOperationError,
     ValueTooLargeError,
 )
 from .keys import child_name, normalize_key, normalize_storage_path, prefix_of
@@ -554,7 +555,8 @@ class Store(MutableMapping[str, bytes]):
         Raises
         ------
         InvalidKeyError
-            If ``path`` breaks the store's key rules.
+            If ``path`` has a ``.``/``..`` segment, a NUL or a lone surrogate
+            (the path rule of ``listdir``).
         StoreClosedError
             If the store is closed.
 
@@ -591,7 +593,7 @@ class Store(MutableMapping[str, bytes]):
         Raises
         ------
         InvalidKeyError
-            If ``path`` breaks the store's key rules.
+            If ``path`` has a ``.``/``..`` segment, a NUL or a lone surrogate.
         StoreClosedError
             If the store is closed.
 
@@ -606,10 +608,15 @@ class Store(MutableMapping[str, bytes]):
         self._check_open()
         return self._getsize_prefix(self._folder_prefix(path))
 
-    def _folder_prefix(self, path: str) -> str:
-        """``path`` as a primitive's prefix: the store's key rule, then ``/``."""
-        path = normalize_storage_path(path)
-        return prefix_of(self._key(path)) if path else ""
+    @staticmethod
+    def _folder_prefix(path: str) -> str:
+        """``path`` as a primitive's prefix (``"a/b/"``, or ``""`` for the root).
+
+        A folder path follows the spec's path rule, as ``listdir``: a backend's
+        extra key rules concern keys (a nested store's ``0.1`` -> ``0/1`` maps
+        a chunk key, and a folder named ``0.1`` is a folder).
+        """
+        return prefix_of(normalize_storage_path(path))
 
     def rename(self, src_path: str, dst_path: str) -> None:
         """Move a key, or every key under a prefix, to a new name.
@@ -666,8 +673,9 @@ class Store(MutableMapping[str, bytes]):
         """Open a second, independent handle on the same data.
 
         The new handle has its own connection or file handles and is closed
-        on its own; this one stays open.  For persistent stores only: an
-        in-memory store's data belongs to its object (pickle copies it).
+        on its own; this one may stay open, or be closed already (the handle
+        is made from the store's parameters).  Backends with a single writer
+        (Zip, DBM) may refuse a second writable handle while this one writes.
 
         Parameters
         ----------
@@ -685,6 +693,9 @@ class Store(MutableMapping[str, bytes]):
         ------
         ValueError
             If ``mode`` is not one of the modes.
+        UnsupportedOperationError
+            If the store is not persistent: an in-memory store's data belongs
+            to its object (``pickle`` copies it instead).
 
         Examples
         --------
@@ -697,7 +708,13 @@ class Store(MutableMapping[str, bytes]):
         (b'1', 'r', 'w')
         >>> reader.close()
         """
-        return self._reopen_as(check_mode(mode) if mode is not None else self._mode_after_pickle())
+        mode = check_mode(mode) if mode is not None else self._mode_after_pickle()
+        if not self.persistent:
+            raise UnsupportedOperationError(
+                f"{self!r} keeps its data in memory, so there is no location to open a "
+                "second handle on (pickle.loads(pickle.dumps(store)) copies the data)"
+            )
+        return self._reopen_as(mode)
 
     def _reopen_as(self, mode: str) -> Store:
         """A new handle on the same location (persistent stores), opened with ``mode``."""

@@ -159,7 +159,7 @@ class Adapter:
 
 def reopened(store: Store, mode: str | None = None) -> Store:
     """A new handle on the data of a persistent store, with ``mode`` or as unpickling would."""
-    return store._reopen_as(mode or store._mode_after_pickle())
+    return store.reopen(mode)
 
 
 def keys_with_prefix(store: Store, prefix: str) -> list[str]:
@@ -168,17 +168,14 @@ def keys_with_prefix(store: Store, prefix: str) -> list[str]:
     Lists only the folder the prefix ends in, through the backend's range
     scan, and filters by the partial last segment.
     """
-    store._check_open()
     folder, _, partial = prefix.rpartition("/")
-    start = prefix_of(normalize_storage_path(folder))
-    keys = store._list_prefix(start)
+    keys = store.list_prefix(folder)
     if not partial:
-        return list(keys)
-    wanted = start + partial
+        return keys
+    wanted = prefix_of(normalize_storage_path(folder)) + partial
     return [key for key in keys if key.startswith(wanted)]
 
 
 def size_under(store: Store, prefix: str) -> int:
     """Total size of the values under the folder ``prefix`` (the whole store for "")."""
-    store._check_open()
-    return store._getsize_prefix(prefix_of(normalize_storage_path(prefix)))
+    return store.getsize_prefix(prefix)

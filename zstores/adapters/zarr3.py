@@ -496,9 +496,14 @@ def _set_if_missing(store: Store, key: str, value: Any) -> None:
 
 
 def _key_size(store: Store, key: str) -> int:
-    if key not in store:
+    # One backend call (stat), where "in" and getsize made up to three.
+    try:
+        size = store.stat(key)
+    except InvalidKeyError:
+        size = None  # zarr asks, it does not write: a key that cannot exist is missing
+    if size is None:
         raise FileNotFoundError(key)
-    return store.getsize(key)
+    return size
 
 
 def _unpickle(cls: type[ZarrStore], store: Store, read_only: bool) -> ZarrStore:

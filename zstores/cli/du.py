@@ -76,7 +76,7 @@ def _usage(store: Store, path: str) -> list[dict[str, Any]]:
         below = counts[name] - (name in is_key)
         size = store.getsize(child)  # the key's size if it is one, else the prefix total
         if name in is_key and below:  # a key that is also a prefix (key/value backends)
-            size += store._getsize_prefix(prefix + name + "/")
+            size += store.getsize_prefix(prefix + name)
         kind = kinds.get(name, "key") if below else "key"
         rows.append({"name": name, "path": child, "type": "prefix" if kind == "other" else kind,
                      "bytes": size, "keys": counts[name]})

@@ -7,7 +7,7 @@ from typing import Any
 
 from ._common import add_path, add_url, open_url, path_argument, shown, subcommand
 from ._output import EXIT_OK, CommandError, UsageError, human_size, plural
-from ._tree import key_prefix, keys_under
+from ._tree import keys_under
 
 __all__ = ["add_parser", "run"]
 
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(f"nothing at {path!r} in {shown(args.url)}")
         size = store.getsize(path)  # the key's size if it is one, else the prefix total
         if own_key and below:  # a key that is also a prefix (key/value backends)
-            size += store._getsize_prefix(key_prefix(store, path))
+            size += store.getsize_prefix(path)
         if below:
             store.rmdir(path)
         if own_key:

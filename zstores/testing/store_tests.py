@@ -428,6 +428,105 @@ class StoreTests:
         store["after"] = b"1"
         assert list(store) == ["after"]
 
+    # ------------------------------------- namespace queries (public API)
+    # What layers above a store (adapters, zfuse, the command line) call
+    # instead of the backend's primitives: one section, kept together.
+    def test_list_prefix(self, store: Store) -> None:
+        expected = self.tree(store)
+        assert store.list_prefix() == sorted(expected)
+        assert store.list_prefix("") == store.list_prefix("/") == store.list_prefix(None)  # type: ignore[arg-type]
+        for name in TRICKY_NAMES:
+            under = sorted(k for k in expected if k.startswith(f"g/{name}/"))
+            assert store.list_prefix(f"g/{name}") == under, name
+            assert store.list_prefix(f"/g/{name}/") == under, name
+        assert store.list_prefix("g") == sorted(k for k in expected if k.startswith("g/"))
+        assert store.list_prefix("top") == []  # a key is not a folder
+        assert store.list_prefix("missing") == []
+        assert store.list_prefix("g/c_") == []
+        with pytest.raises(InvalidKeyError, match="'.' or '..'"):
+            store.list_prefix("g/../x")
+
+    def test_getsize_prefix(self, store: Store) -> None:
+        expected = self.tree(store)
+        assert store.getsize_prefix() == sum(map(len, expected.values()))
+        for name in TRICKY_NAMES:
+            under = [v for k, v in expected.items() if k.startswith(f"g/{name}/")]
+            assert store.getsize_prefix(f"g/{name}") == sum(map(len, under)), name
+        assert store.getsize_prefix("top") == 0  # the key itself is not under it
+        assert store.getsize_prefix("missing") == 0
+        assert store.getsize_prefix("g/c_") == 0
+        if not store.hierarchical:  # a key and a prefix of the same name
+            store["g/c"] = b"12345"
+            under = [v for k, v in expected.items() if k.startswith("g/c/")]
+            assert store.getsize_prefix("g/c") == sum(map(len, under))
+            assert store.list_prefix("g/c") == sorted(k for k in expected if k.startswith("g/c/"))
+
+    def test_stat(self, store: Store) -> None:
+        store["a/b"] = b"abc"
+        store["a/empty"] = b""
+        assert store.stat("a/b") == 3
+        assert store.stat("/a//b") == 3  # normalized like every key
+        assert store.stat("a/empty") == 0  # present and empty is not absent
+        assert store.stat("a") is None  # a folder is not a key
+        assert store.stat("a/missing") is None
+        assert store.stat("missing") is None
+        store["a/b"] = b"longer value"
+        assert store.stat("a/b") == len(b"longer value")
+        del store["a/empty"]
+        assert store.stat("a/empty") is None
+        assert store.getsize("a/b") == store.stat("a/b")
+        with pytest.raises(InvalidKeyError, match="'.' or '..'"):
+            store.stat("a/../b")
+        with pytest.raises(TypeError):
+            store.stat(5)  # type: ignore[arg-type]
+
+    def test_normalize(self, store: Store) -> None:
+        for given, normal in [("\\a\\b", "a/b"), ("/a//b/", "a/b"), ("top", "top")]:
+            assert store.normalize(given) == normal
+        # The store's own spelling: what iteration lists after a write.
+        chunk = "g/x/0.0"
+        store[chunk] = b"v"
+        assert store.normalize(chunk) == self.canonical_key(chunk)
+        assert list(store) == [store.normalize(chunk)]
+        for key, rule in INVALID_KEYS.items():
+            with pytest.raises(InvalidKeyError, match=rule):
+                store.normalize(key)
+        store.close()
+        assert store.normalize("/a") == "a"  # key rules hold on a closed store too
+
+    def test_namespace_queries_refuse_a_closed_store(self, store: Store) -> None:
+        store["a/b"] = b"1"
+        store.close()
+        for query in (lambda: store.stat("a/b"), lambda: store.list_prefix("a"),
+                      lambda: store.getsize_prefix("a")):
+            with pytest.raises(StoreClosedError, match=type(store).__name__):
+                query()
+
+    def test_reopen(self, store: Store) -> None:
+        with pytest.raises(ValueError, match="invalid mode"):
+            store.reopen("x")
+        if not store.persistent:
+            with pytest.raises(UnsupportedOperationError, match=type(store).__name__):
+                store.reopen("r")
+            return
+        store["k"] = b"v"
+        store.close()  # single-writer backends (Zip, DBM) admit no reader beside a writer
+        reader = store.reopen("r")
+        try:
+            assert reader is not store and type(reader) is type(store)
+            assert reader.read_only and reader.mode == "r"
+            assert reader["k"] == b"v"
+            assert reader == store
+        finally:
+            reader.close()
+        again = store.reopen()  # opened "w": reopened "a", neither cleared nor refused
+        try:
+            assert again.mode == "a"
+            assert again.stat("k") == 1
+            again["k2"] = b"writable"
+        finally:
+            again.close()
+
     # --------------------------------------------------------------- batches
     def test_getitems(self, store: Store) -> None:
         expected = self.fill(store, ["a", "b/c", "b/d"])
