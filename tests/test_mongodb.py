@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from cli_helpers import zstores_cmd
 from fuse_helpers import mountpoint, run_zfuse, zfuse_mounts  # noqa: F401 - a fixture
+from raw_access import mongodb_get, mongodb_set
 from servers import free_port, private_mongodb, silent_server  # noqa: F401 - a fixture
 from zarr2_roundtrip import decode_array
 
@@ -88,6 +89,13 @@ class TestMongoDBStore(StoreTests):
         database = database_for(location)
         self.databases.add(database)
         return MongoDBStore(self.url, database=database, mode=mode, **TIMEOUT)
+
+    # Out of band: a client of the test's own reads and writes the documents.
+    def raw_get(self, store, key):
+        return mongodb_get(self.url, store, key)
+
+    def raw_set(self, store, key, value):
+        mongodb_set(self.url, store, key, value)
 
 
 class Recorder(monitoring.CommandListener):

@@ -20,6 +20,7 @@ import pytest
 from cli_helpers import zstores_cmd
 from conftest import missing_peer
 from full_disk import check_acknowledged, delete_half_and_refill, fill_until_full
+from raw_access import redis_get, redis_set
 from fuse_helpers import mountpoint, run_zfuse, zfuse_mounts  # noqa: F401 - a fixture
 from servers import free_port, private_redis, silent_server  # noqa: F401 - a fixture
 from zarr2_roundtrip import decode_array
@@ -71,6 +72,13 @@ class TestRedisStore(StoreTests):
         prefix = prefix_for(location)
         self.prefixes.add(prefix)
         return RedisStore(self.url, prefix=prefix, mode=mode)
+
+    # Out of band: a client of the test's own reads and writes "<prefix>:<key>".
+    def raw_get(self, store, key):
+        return redis_get(self.url, store, key)
+
+    def raw_set(self, store, key, value):
+        redis_set(self.url, store, key, value)
 
 
 @pytest.fixture
