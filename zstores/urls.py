@@ -13,8 +13,13 @@ so ``?fsync=false`` is ``False``, never the truthy string ``"false"``.
 
 Network backends (``redis://``, ``mongodb://``) receive the URL itself, less
 the query parameters that are zstores options (their constructor's keyword
-parameters such as ``prefix`` or ``database``); the client library reads the
-rest.  Passwords never appear in an error message raised here.
+parameters such as ``prefix``, ``database`` or ``connect_timeout``); the
+client library reads the rest.  The store checks those names against what its
+client library really takes (redis-py's URL parameters, pymongo's URI
+options) and refuses others with ``StoreURLError`` listing the known ones,
+before any connection; it then checks that the server answers within
+``connect_timeout`` seconds (``StoreConnectionError`` otherwise).  Passwords
+never appear in an error message raised here.
 """
 
 from __future__ import annotations
@@ -439,6 +444,9 @@ def open_store(url: str | os.PathLike[str], *, mode: Mode = "a", **options: Any)
         For an unknown scheme or option, a value of the wrong type, or a
         backend whose module cannot be imported.  The message lists what is
         known and never shows a password.
+    StoreConnectionError
+        For a network store whose server does not answer within its
+        ``connect_timeout`` or refuses the credentials.
 
     Examples
     --------
