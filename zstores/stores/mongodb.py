@@ -299,6 +299,8 @@ class MongoDBStore(Store):
                 )
         # pymongo warns (UserWarning, with a source line) about options it
         # ignores; here they are errors, and nothing reaches the terminal.
+        # catch_warnings swaps the process's filters for the moment of the
+        # constructor: a warning another thread raises meanwhile is caught too.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
