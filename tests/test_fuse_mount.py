@@ -50,6 +50,11 @@ class CountingStore(MemoryStore):
         self.probes.append(key)
         return super()._getsize_key(key)
 
+    def _stat(self, key: str) -> int | None:
+        # Store.stat's fast path: the mount's "a key, and how big?" probe.
+        self.probes.append(key)
+        return super()._stat(key)
+
     def _listdir(self, prefix: str):  # type: ignore[override]
         self.probes.append(prefix)
         return super()._listdir(prefix)

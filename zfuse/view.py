@@ -261,35 +261,28 @@ class StoreView:
         return None
 
     # ------------------------------------------------------ the store itself
-    # Every question the view asks the store goes through these four.
+    # Every question the view asks the store goes through these, all public
+    # Store methods: ``stat`` answers "a key, and how big?" in one backend
+    # call (a Redis STRLEN of 0 is confirmed by the store itself).
     def _size(self, key: str) -> int | None:
-        """The value's length, or None if ``key`` is not a key."""
-        try:
-            size = self.store._getsize_key(key)
-        except KeyError:
-            return None
-        # Some backends report 0 for a missing key (Redis' STRLEN): confirm.
-        if size == 0 and not self.store._contains(key):
-            return None
-        return size
+        """The value's length, or None if ``key`` is not a key (InvalidKeyError if unstorable)."""
+        return self.store.stat(key)
 
     def _has_key(self, key: str) -> bool:
-        return self.store._contains(key)
+        return key in self.store
 
     def _names(self, prefix: str) -> list[str]:
         """The names directly under ``prefix`` ("" or "a/"), keys and folders alike."""
-        return list(self.store._listdir(prefix))
+        return self.store.listdir(prefix[:-1])
 
-    def _keys_below(self, prefix: str) -> Any:
-        return self.store._list_prefix(prefix)
-
-    def _normalized(self, key: str) -> str:
-        """The key the store keeps ``key`` as; InvalidKeyError if it refuses it."""
-        return self.store._key(key)
+    def _keys_below(self, prefix: str) -> list[str]:
+        """Every key under ``prefix`` ("" or "a/"), at any depth."""
+        return self.store.list_prefix(prefix[:-1])
 
     def _storable(self, key: str) -> bool:
+        """Whether the store keeps ``key`` under that very name."""
         try:
-            return self._normalized(key) == key
+            return self.store.normalize(key) == key
         except (InvalidKeyError, TypeError):
             return False
 
@@ -377,11 +370,15 @@ class StoreView:
         """Every name directly under ``prefix``: True for a file, False for a directory."""
         kinds = self._kinds_of_flat(prefix) if prefix in self._flat else None
         if kinds is None:
-            names = self._names(prefix)
+            names = [name for name in self._names(prefix) if listable(name)]
             if len(names) >= _SCAN_MIN and self._mostly_files(prefix, names):
                 kinds = self._kinds_of_flat(prefix)
             if kinds is None:
-                kinds = {name: self._is_file(prefix + name) for name in names}
+                kinds = {}
+                for name in names:
+                    is_file = self._is_file(prefix + name)
+                    if is_file is not None:
+                        kinds[name] = is_file
         for name in self._dirs.children(prefix):
             kinds.setdefault(name, False)
         for key, file in list(self.files.items()):
@@ -392,7 +389,7 @@ class StoreView:
     def _mostly_files(self, prefix: str, names: list[str]) -> bool:
         """Whether a sample of ``names`` is (nearly) all keys: a folder of chunks."""
         sample = names[:: max(1, len(names) // _SCAN_SAMPLE)][:_SCAN_SAMPLE]
-        return sum(self._is_file(prefix + name) for name in sample) >= 0.9 * len(sample)
+        return sum(self._is_file(prefix + name) is True for name in sample) >= 0.9 * len(sample)
 
     def _kinds_of_flat(self, prefix: str) -> dict[str, bool] | None:
         """Names and kinds under ``prefix`` from one scan of its keys; None if not flat.
@@ -422,18 +419,23 @@ class StoreView:
         self._flat[prefix] = None
         return kinds
 
-    def _is_file(self, key: str) -> bool:
+    def _is_file(self, key: str) -> bool | None:
         """Whether a listed name is a key (else, being listed, it is a prefix).
 
         Asks the store for the size, and caches the full attributes, so the
         ``stat`` that ``ls -l``, ``du`` or ``cp`` sends next costs no round trip.
+        None for a name the store refuses as a key (a stray file in a folder
+        store): a lookup could not find it, so it is not listed either.
         """
         if self.pending(key) is not None:
             return True
         entry = self._stats.get(key)
         if entry is not None and entry[1] is not None and entry[0] > time.monotonic():
             return not stat.S_ISDIR(entry[1]["st_mode"])
-        size = self._size(key)
+        try:
+            size = self._size(key)
+        except (InvalidKeyError, TypeError):
+            return None
         if size is None:
             self._remember(key, self.dir_stat(key))
             return False
@@ -457,7 +459,7 @@ class StoreView:
             log.warning("refused name %r: %s", path, os.strerror(code))
             raise fail(code)
         try:
-            normalized = self._normalized(key)
+            normalized = self.store.normalize(key)
         except InvalidKeyError as error:
             log.warning("refused name %r: %s", path, error)
             raise fail(errno.EINVAL) from None
