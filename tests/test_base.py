@@ -94,3 +94,81 @@ def test_subclass_with_only_primitives_works():
     store.rmdir("z")
     assert list(store) == ["e"]
     assert len(store) == 1
+
+
+class CountingStore(MemoryStore):
+    """A Memory store that counts backend calls and, like Redis STRLEN, answers a
+    size of 0 for a missing key: it has no ``_stat`` of its own, so it runs
+    ``Store._stat``'s fallback."""
+
+    def __init__(self, *, mode="a"):
+        super().__init__(mode=mode)
+        self.calls = []
+
+    def _contains(self, key):
+        self.calls.append("_contains")
+        return super()._contains(key)
+
+    def _getsize_key(self, key):
+        self.calls.append("_getsize_key")
+        value = self._data.get(key)
+        return 0 if value is None else len(value)
+
+    _stat = Store._stat  # the fallback, not Memory's dict lookup
+
+
+def calls_of(store, call):
+    store.calls.clear()
+    result = call()
+    return result, list(store.calls)
+
+
+def test_stat_fallback_costs_one_call_for_a_non_empty_key():
+    store = CountingStore()
+    store.update({"a/b": b"abc", "a/empty": b""})
+    assert calls_of(store, lambda: store.stat("a/b")) == (3, ["_getsize_key"])
+    # a 0 may mean "missing" (STRLEN): one more call tells them apart
+    assert calls_of(store, lambda: store.stat("a/empty")) == (0, ["_getsize_key", "_contains"])
+    assert calls_of(store, lambda: store.stat("nope")) == (None, ["_getsize_key", "_contains"])
+    assert store.stat("a") is None
+
+
+def test_getsize_of_a_key_is_one_backend_call():
+    store = CountingStore()
+    store["k"] = b"12345"
+    # before stat, getsize asked _contains and then _getsize_key
+    assert calls_of(store, lambda: store.getsize("k")) == (5, ["_getsize_key"])
+
+
+def test_stat_of_a_wrapper_is_one_call_into_its_store():
+    from zstores.wrappers.delegate import WrapperStore
+
+    inner = CountingStore()
+    inner["k"] = b"12345"
+    view = WrapperStore(inner, mode="r")
+    assert calls_of(inner, lambda: view.stat("k")) == (5, ["_getsize_key"])
+    assert calls_of(inner, lambda: view.getsize("k")) == (5, ["_getsize_key"])
+    assert view.stat("nope") is None
+
+
+def test_memory_stat_answers_from_its_dict():
+    store = MemoryStore()
+    store.update({"k": b"", "x/y": b"12"})
+    assert (store.stat("k"), store.stat("x/y"), store.stat("x"), store.stat("nope")) == (0, 2, None, None)
+
+
+def test_list_prefix_sorts_an_unsorted_backend():
+    store = MemoryStore()  # lists in insertion order
+    for key in ["b/2", "a/9", "b/1", "a/1/z", "a/1"]:
+        store[key] = b"v"
+    assert list(store) != sorted(store)
+    assert store.list_prefix() == ["a/1", "a/1/z", "a/9", "b/1", "b/2"]
+    assert store.list_prefix("a") == ["a/1", "a/1/z", "a/9"]
+    assert store.list_prefix("a/1") == ["a/1/z"]
+
+
+def test_reopen_of_an_in_memory_store_is_refused():
+    from zstores.errors import UnsupportedOperationError
+
+    with pytest.raises(UnsupportedOperationError, match=r"MemoryStore\(mode='a'\) keeps its data"):
+        MemoryStore().reopen()
