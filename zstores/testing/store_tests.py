@@ -884,9 +884,9 @@ class StoreTests:
         store["lay/a/b/c"] = b"abc"
         store["lay/arr/0.1"] = b"chunk"
         store["lay/with space/é"] = b"unicode"
-        assert self.raw_get(store, "lay/a/b/c") == b"abc", "'lay/a/b/c' is not where the format puts it"
-        assert self.raw_get(store, "lay/arr/0.1") == b"chunk"
-        assert self.raw_get(store, "lay/with space/é") == b"unicode"
+        for key, value in {"lay/a/b/c": b"abc", "lay/arr/0.1": b"chunk", "lay/with space/é": b"unicode"}.items():
+            held = self.raw_get(store, key)
+            assert held == value, f"{key!r} is not where the format puts it: {_shown(held)} there"
         for absent in ["lay/a/b", "lay/a", "lay", "lay/c", "lay/arr/0", "lay/never"]:
             held = self.raw_get(store, absent)
             assert held is None, f"the backend holds {_shown(held)} under {absent!r}"
