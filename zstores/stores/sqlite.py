@@ -73,11 +73,19 @@ _FULL_DISK_PIECE = 32
 # (deleted when the last connection closes) needs when the store reopens.
 _RESERVE_KEEP_FREE = 1 << 20
 
+# Opening a WAL database needs its -shm index (32 KiB, allocated when SQLite
+# creates it) and a -wal: with less room than this free and no -shm yet, the
+# store first releases its reserve (see SQLiteStore._make_room_to_open).
+_OPEN_ROOM = 128 << 10
+_SHM_BYTES = 32 << 10
+
 # SQLite's primary result codes (the low byte of an extended code).
 _FULL = sqlite3.SQLITE_FULL
 _CORRUPT = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 _DENIED = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_AUTH)
+# What SQLite reports when it cannot create or grow its -wal and -shm at open.
+_OPEN_FAILURES = (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN)
 
 
 def _code(error: sqlite3.Error) -> int:
@@ -119,6 +127,19 @@ def _cannot_open(what: str, path: str, error: sqlite3.Error) -> OSError:
         return ReadOnlyError(f"{what}: {path} (or its folder, for the -wal and -shm files) "
                              f"cannot be written; open it with mode='r' ({error})")
     return StoreIOError(f"{what}: SQLite cannot open {path} ({error})")
+
+
+def _has_room_to_open(path: str) -> bool:
+    """Whether SQLite can open the WAL database ``path``: its -shm exists, or there is room."""
+    try:
+        if os.path.getsize(path + "-shm") >= _SHM_BYTES:
+            return True
+    except OSError:
+        pass  # no -shm yet: SQLite creates and allocates it
+    try:
+        return free_bytes(os.path.dirname(path)) >= _OPEN_ROOM
+    except OSError:
+        return True  # cannot tell: let SQLite try
 
 
 def _check_table(table: str) -> str:
@@ -415,6 +436,7 @@ class SQLiteStore(Store):
         self._full: sqlite3.Error | None = None
         self._immutable = False  # mode "r" on media nothing can write
         self._tidy_wal = False  # mode "r" remove the -wal/-shm its reading created
+        self._released_at_open = False  # the reserve was deleted to make room to open
         if self._memory:
             self.persistent = False
             self.supports_process_writers = False
@@ -431,20 +453,79 @@ class SQLiteStore(Store):
             # Threads of this process queue here rather than in SQLite's
             # sleeping busy handler; other processes still meet the timeout.
             self._write_lock = threading.Lock()
-            if mode == "r":
-                self._choose_read_only_access()
-            exists = os.path.isfile(self._path) and self._table_exists()
-            self._check_existence(exists)
-            if mode != "r":
-                self._start_checkpointer()
-                self._create_table()
-                self._reserve = SpaceReserve(self._path, _RESERVE_BYTES)
-                self._reserve_whole = self._reserve.ensure(_RESERVE_KEEP_FREE)
-                self._check_space()
+            try:
+                self._open_file()
+            except BaseException:
+                self._close()  # no connection or thread outlives a failed open
+                raise
         with self._sql_errors():
             limit = self._db().getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
         self.max_value_size = limit - _ROW_OVERHEAD
         self._clear_if_mode_w()
+
+    def _open_file(self) -> None:
+        """Open the database file for the store's mode, making room first on a full disk."""
+        if self._mode == "r":
+            self._choose_read_only_access()
+        if not self._immutable:
+            self._make_room_to_open()
+        try:
+            exists = os.path.isfile(self._path) and self._table_exists()
+            self._check_existence(exists)
+            if self._mode != "r":
+                self._start_checkpointer()
+                self._create_table()
+        except StoreIOError as error:
+            if isinstance(error, StoreFullError) or not self._no_room_to_open(error):
+                raise
+            raise self._full_at_open() from error
+        if self._mode != "r":
+            self._reserve = SpaceReserve(self._path, _RESERVE_BYTES)
+            self._reserve_whole = self._reserve.ensure(_RESERVE_KEEP_FREE)
+            self._check_space()
+
+    def _make_room_to_open(self) -> None:
+        """On a full disk, free the room SQLite needs to open the file, or give up clearly.
+
+        A WAL database cannot be opened, not even to read, without its
+        ``-shm`` index (32 KiB, allocated when it is created) and a ``-wal``.
+        When they are missing and the disk has less room than
+        ``_OPEN_ROOM``, the store's reserve file (no data) is deleted to give
+        that room; a mode ``"r"`` store sets it aside again when it closes, a
+        writable one at once, from the room left beyond what SQLite needs.
+        Without a reserve, mode ``"r"`` reads the file ``immutable`` (no
+        files needed, as on read-only media) when no ``-wal`` holds recent
+        commits, and other modes raise ``StoreFullError``.
+        """
+        if not os.path.isfile(self._path) or _has_room_to_open(self._path):
+            return
+        if SpaceReserve(self._path, _RESERVE_BYTES).release():
+            self._released_at_open = True
+            if _has_room_to_open(self._path):
+                return
+        if self._mode == "r" and not os.path.exists(self._path + "-wal"):
+            self._immutable = True
+            self._tidy_wal = False
+            return
+        raise self._full_at_open()
+
+    def _no_room_to_open(self, error: StoreIOError) -> bool:
+        """Whether an error at open is SQLite failing to create its files on a full disk."""
+        cause = error.__cause__
+        if not isinstance(cause, sqlite3.Error) or _code(cause) not in _OPEN_FAILURES:
+            return False
+        try:
+            return free_bytes(os.path.dirname(self._path)) < _OPEN_ROOM
+        except OSError:
+            return False
+
+    def _full_at_open(self) -> StoreFullError:
+        return StoreFullError(
+            f"{self!r}: cannot open {self._path}: the disk is full, and SQLite needs about "
+            f"{_OPEN_ROOM >> 10} KiB next to the database for its -wal and -shm files even "
+            f"to read; free space on the disk (delete other files, or keys through a store "
+            f"opened elsewhere) and open the store again"
+        )
 
     def _choose_read_only_access(self) -> None:
         """Mode ``"r"``: read without leaving files next to the database.
@@ -858,6 +939,10 @@ class SQLiteStore(Store):
             holder.db.close()
         if self._tidy_wal:
             self._remove_wal_files()
+        if self._released_at_open and self._mode == "r":
+            # The room the -wal and -shm took while reading is back: set the
+            # reserve aside again for the next open (writable stores already did).
+            SpaceReserve(self._path, _RESERVE_BYTES).ensure(_RESERVE_KEEP_FREE)
 
     @property
     def path(self) -> str:

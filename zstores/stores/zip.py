@@ -34,6 +34,8 @@ __all__ = ["ZipStore"]
 # Local file header: signature, versions and flags ... name length, extra length.
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
+# A local header, a central directory entry, a ZIP64 end record, an end record.
+_RECORD_SIGNATURES = (_LOCAL_SIGNATURE, b"PK\x01\x02", b"PK\x06\x06", b"PK\x05\x06")
 # Central directory entry, ZIP64 end record and locator, end record (APPNOTE 4.3).
 _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
 _END64 = struct.Struct("<4sQ2H2L4Q")
@@ -446,13 +448,31 @@ class ZipStore(Store):
                 self._holes = []
                 return self._holes
             holes = []
-            previous_end = extents[0][1] if extents else self._tail[0]
-            for start, end in [*extents[1:], (self._tail[0], self._tail[1])]:
+            previous_end = self._first_member_offset(extents)
+            for start, end in [*extents, (self._tail[0], self._tail[1])]:
                 if start > previous_end:
                     holes.append([previous_end, start])
                 previous_end = max(previous_end, end)
             self._holes = holes
         return self._holes
+
+    def _first_member_offset(self, extents: list[tuple[int, int]]) -> int:
+        """Where the archive's members begin: dead space from there on may be reused.
+
+        That is the start of the file when it begins with a zip record (a
+        dead member, or the directory of the empty archive a new store
+        starts as: an archive emptied on a full disk keeps them before its
+        directory), else the first live member (or the directory): bytes
+        before it are a prefix such as a self-extractor's, never dead space.
+        """
+        first = extents[0][0] if extents else self._tail[0]
+        if first > 0:
+            try:
+                if os.pread(self._fd, 4, 0) in _RECORD_SIGNATURES:
+                    return 0
+            except OSError:
+                pass
+        return first
 
     def _extent(self, info: zipfile.ZipInfo) -> tuple[int, int]:
         end = self._data_offset(info) + info.compress_size
