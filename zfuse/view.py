@@ -370,7 +370,7 @@ class StoreView:
         """Every name directly under ``prefix``: True for a file, False for a directory."""
         kinds = self._kinds_of_flat(prefix) if prefix in self._flat else None
         if kinds is None:
-            names = [name for name in self._names(prefix) if listable(name)]
+            names = self._names(prefix)
             if len(names) >= _SCAN_MIN and self._mostly_files(prefix, names):
                 kinds = self._kinds_of_flat(prefix)
             if kinds is None:
