@@ -446,6 +446,7 @@ def test_password_never_shown():
 # ------------------------------------------- failing fast, clearly and typed
 SECRET = "pw-4-sure"
 MARGIN = 3.0  # seconds beyond connect_timeout for process and scheduling noise
+STARTUP = 15.0  # seconds a command may take to start on a loaded machine (2 cores, shared)
 
 
 def chain_text(error: BaseException) -> str:
@@ -621,7 +622,7 @@ def test_cli_and_zfuse_say_one_line_without_the_password(private_mongodb, mountp
         if str(mountpoint) in zfuse_mounts():  # mounted after all: never leave it behind
             subprocess.run(["fusermount", "-u", "-z", str(mountpoint)], check=False)
             pytest.fail(f"zfuse mounted {url} although the store cannot be opened")
-        assert time.monotonic() - started < 2 + MARGIN + 5  # connect_timeout + interpreter start
+        assert time.monotonic() - started < 2 + MARGIN + STARTUP  # < 30 s
         code = getattr(done, "code", getattr(done, "returncode", None))
         err = done.err if hasattr(done, "err") else done.stderr
         out = done.out if hasattr(done, "out") else done.stdout
