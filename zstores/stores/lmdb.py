@@ -52,6 +52,14 @@ _MAX_RETRIES = 64
 # delete on a full disk releases it, since copy-on-write needs new pages.
 _RESERVE_BYTES = 1 << 20
 
+# LMDB's lock file: a header, then one 64-byte slot per reader.  LMDB sizes a
+# new one with ftruncate (a sparse file) and writes it through a shared map,
+# so on a full disk opening an environment without one kills the process with
+# SIGBUS; the store gives it real blocks first (releasing the reserve for the
+# room if need be).  The header is given a page of its own here, generously.
+_LOCK_HEADER_BYTES = 4096
+_READER_SLOT_BYTES = 64
+
 # Keys per transaction when a delete is retried on a full disk: each piece
 # reuses the pages the pieces before it freed, so the room needed stays small.
 _FULL_DISK_PIECE = 64
@@ -460,6 +468,8 @@ class LMDBStore(Store):
                     os.makedirs(
                         self._path if subdir else os.path.dirname(self._path), exist_ok=True
                     )
+                if self._options["lock"]:
+                    self._allocate_lock_file(max_readers)
                 shared = _SharedEnv(key, opener, readonly=not writable)
                 _ENVIRONMENTS[key] = shared
             elif writable and shared.readonly:
@@ -470,6 +480,44 @@ class LMDBStore(Store):
         if writable:
             self._reserve.ensure()
         self._clear_if_mode_w()
+
+    def _allocate_lock_file(self, max_readers: int) -> None:
+        """Give LMDB's lock file real blocks before LMDB maps it (see ``_LOCK_HEADER_BYTES``).
+
+        On a full disk the reserve (no data) is released for the room; with
+        none, the store refuses to open with ``StoreFullError`` instead of
+        letting LMDB die of ``SIGBUS``.  Blocks already allocated are left
+        as they are, so this is safe while other processes use the file.
+        Where the lock file cannot be opened for writing (read-only media,
+        permissions) LMDB's own open says what is wrong.
+        """
+        lock_path = os.path.join(self._path, "lock.mdb") if self._subdir else self._path + "-lock"
+        existed = os.path.exists(lock_path)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                         self._options.get("mode", 0o755))
+        except OSError:
+            return
+        try:
+            size = max(os.fstat(fd).st_size,
+                       _LOCK_HEADER_BYTES + _READER_SLOT_BYTES * max_readers)
+            for attempt in range(2):
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                    return
+                except OSError as error:
+                    if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                        return  # no fallocate here: LMDB does as it always did
+                    if attempt or not self._reserve.release():
+                        if not existed:
+                            os.unlink(lock_path)
+                        raise StoreFullError(
+                            f"{self!r}: cannot open: the disk is full and LMDB's lock file "
+                            f"{lock_path} needs {size} bytes; free space on the disk and "
+                            f"open the store again"
+                        ) from error
+        finally:
+            os.close(fd)
 
     # --------------------------------------------------------------- errors
     def _error(self, error: lmdb.Error, write: bool, payload: int = 0) -> OSError | ValueError:
