@@ -26,9 +26,9 @@ from zstores.testing import StoreTests
 ROOT = Path(__file__).resolve().parents[1]
 #: flavour -> the harness class of tests/test_dbm.py that runs it.
 FLAVOURS = {"dbm.gnu": "TestDBMStoreGnu", "dbm.ndbm": "TestDBMStoreNdbm"}
-#: Known failures, each a defect of DBMStore on that flavour (see the xfail below).
-KNOWN_FAILURES = {"dbm.ndbm": {"test_zero_byte_value", "test_stateful_against_dict",
-                               "test_raw_empty_value"}}
+#: Known failures, each a defect of DBMStore on that flavour (none today: Berkeley DB's
+#: ndbm loses empty values, so DBMStore declares supports_empty_values=False there).
+KNOWN_FAILURES: dict[str, set[str]] = {}
 
 Results = dict[str, tuple[str, str]]
 
@@ -104,30 +104,29 @@ def test_flavour_passes_the_store_harness(flavour: str, harness_runs: dict[str, 
     assert all("declares" in message for message in skipped), skipped
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="Berkeley DB's ndbm (Debian's dbm.ndbm) stores an empty "
-                   "value but reads it back as a missing key (KeyError); DBMStore passes b'' "
-                   "through as is (the two KNOWN_FAILURES of the harness)")
-def test_ndbm_keeps_zero_byte_values(tmp_path: Path) -> None:
+def test_ndbm_refuses_empty_values(tmp_path: Path) -> None:
+    """Berkeley DB's ndbm reads an empty value back as a missing key: DBMStore refuses it."""
     if _has_here("dbm.ndbm"):
         pytest.skip("dbm.ndbm is in this Python: tests/test_dbm.py runs it in-process")
-    python = flavour_python()
     done = subprocess.run(
-        [python, "-c", _ZERO_BYTES, str(tmp_path / "data.ndbm")],
+        [flavour_python(), "-c", _ZERO_BYTES, str(tmp_path / "data.ndbm")],
         capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
     )
-    if done.returncode != 0 and "KeyError: 'empty'" not in done.stderr:
-        raise RuntimeError(f"the ndbm check did not run: {done.stderr.strip()[-400:]}")
-    assert done.returncode == 0, "the empty value reads back as a missing key"
-    assert done.stdout.split() == ["b''", "b'x'"]
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["refused: UnsupportedOperationError", "['x']"]
 
 
 _ZERO_BYTES = """
 import dbm.ndbm, sys
-from zstores import DBMStore
+from zstores import DBMStore, UnsupportedOperationError
 
 with DBMStore(sys.argv[1], open=dbm.ndbm.open, mode="w") as store:
-    store["empty"] = b""
+    assert not store.supports_empty_values
+    try:
+        store["empty"] = b""
+    except UnsupportedOperationError as error:
+        print("refused:", type(error).__name__)
     store["x"] = b"x"
 with DBMStore(sys.argv[1], open=dbm.ndbm.open, mode="r") as store:
-    print(repr(store["empty"]), repr(store["x"]))
+    print(sorted(store))
 """

@@ -168,6 +168,10 @@ class Store(MutableMapping[str, bytes]):
     #: hand them to a thread (False: in-memory or memory-mapped, cheaper than a
     #: hand-off; the zarr-python 3 adapter then calls them directly).
     blocking: ClassVar[bool] = True
+    #: An empty value is stored and read back as ``b""``.  An instance may say
+    #: False (Berkeley DB's ndbm reads ``b""`` back as a missing key): such a
+    #: store refuses empty values with ``UnsupportedOperationError``.
+    supports_empty_values: bool = True
 
     def __init__(self, *, mode: Mode = "a") -> None:
         self._mode = check_mode(mode)

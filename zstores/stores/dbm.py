@@ -148,7 +148,7 @@ class DBMStore(Store):
             raise CorruptValueError(
                 f"{self!r}: the database's index is damaged ({error})"
             ) from error
-        self._refuses_empty = _loses_empty_values(self._db)
+        self.supports_empty_values = not _loses_empty_values(self._db)
         if is_dumb(self._db):
             self._files = DumbFiles(self._db, writable=flag != "r")
         if _is_thread_bound(self._db):
@@ -198,7 +198,7 @@ class DBMStore(Store):
     def _set(self, key: str, value: Buffer) -> None:
         if value.__class__ is not bytes:
             value = bytes(value)  # dbm.dumb takes only bytes and str
-        if not value and self._refuses_empty:
+        if not value and not self.supports_empty_values:
             raise self._empty_value_error(key)
         raw = key.encode("utf-8")
         with self._lock, self._backend_errors("writing", key):
@@ -247,7 +247,7 @@ class DBMStore(Store):
 
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
         encoded = [(key.encode("utf-8"), bytes(value)) for key, value in items]
-        if self._refuses_empty:
+        if not self.supports_empty_values:
             for key, value in items:
                 if not value:
                     raise self._empty_value_error(key)  # before anything is written
