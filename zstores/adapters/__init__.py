@@ -2,8 +2,8 @@
 
 zarr-python 3 gets a ``zarr.abc.store.Store`` subclass (``adapters/zarr3.py``),
 zarr-python 2.18 a ``zarr.storage.BaseStore`` subclass (``adapters/zarr2.py``);
-both wrap a ``zstores.Store`` and use its fast paths.  zarr is imported only
-when an adapter is asked for, so the core never depends on it.
+both wrap a ``zstores.Store`` and call only its public methods.  zarr is
+imported only when an adapter is asked for, so the core never depends on it.
 
 What both adapters share lives here: who closes the wrapped store, when two
 adapters are equal, and how they pickle.
@@ -137,7 +137,7 @@ class Adapter:
         """Reopen an owned store closed by ``_release`` (zarr reopens closed stores)."""
         store = self._store
         if store.closed and self._owns_store and store.persistent:
-            self._store = reopened(store)
+            self._store = store.reopen()
 
     def _same_store(self, other: Adapter) -> bool:
         mine, theirs = self._store, other._store
@@ -155,11 +155,6 @@ class Adapter:
         store = self._store
         return hash((type(self), type(store), hash(store) if store.persistent else 0))
 
-
-
-def reopened(store: Store, mode: str | None = None) -> Store:
-    """A new handle on the data of a persistent store, with ``mode`` or as unpickling would."""
-    return store.reopen(mode)
 
 
 def keys_with_prefix(store: Store, prefix: str) -> list[str]:

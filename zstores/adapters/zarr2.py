@@ -19,7 +19,7 @@ from ..base import Store
 from ..errors import ReadOnlyError, UnsupportedOperationError
 from ..keys import normalize_storage_path
 from ..stores.directory import DirectoryStore, NestedDirectoryStore
-from . import Adapter, keys_with_prefix, reopened
+from . import Adapter, keys_with_prefix
 
 __all__ = ["Zarr2Store"]
 
@@ -272,7 +272,7 @@ class Zarr2Store(Adapter, BaseStore):
         if not self._owns_store:
             return False
         store.close()
-        self._store = reopened(store, "a")
+        self._store = store.reopen("a")
         return True
 
 

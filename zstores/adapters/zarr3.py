@@ -33,7 +33,7 @@ from zarr.core.buffer.core import default_buffer_prototype
 
 from ..base import Store
 from ..errors import InvalidKeyError
-from . import Adapter, keys_with_prefix, reopened, size_under
+from . import Adapter, keys_with_prefix, size_under
 
 __all__ = ["ZarrStore", "is_blocking"]
 
@@ -284,7 +284,7 @@ class ZarrStore(Adapter, ZarrABCStore):
         if not read_only and store.read_only:
             if not store.persistent:
                 raise ValueError(f"{store!r} is in memory and read-only; it cannot become writable")
-            store, owned = reopened(store, mode="r+"), True
+            store, owned = store.reopen("r+"), True
         return type(self)(store, read_only=read_only, owns_store=owned)
 
     def __eq__(self, other: object) -> bool:
