@@ -171,8 +171,9 @@ def test_listing_and_membership_never_fetch_values(store, recorder):
     assert recorder.names().count("find") >= 4
     for command in recorder.commands:
         if command["name"] == "find":
+            # (getsize of a path may first look for it as a key: its size only)
             assert command["projection"] in (
-                {"_id": 0, "key": 1}, {"_id": 0, "key": 1, "size": 1}), command
+                {"_id": 0, "key": 1}, {"_id": 0, "key": 1, "size": 1}, {"_id": 0, "size": 1}), command
     received = json.dumps([reply for reply in recorder.replies], default=str)
     assert "VVVV" not in received
     assert len(received) < 50_000
