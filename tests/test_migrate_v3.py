@@ -25,7 +25,7 @@ from cli_helpers import contents, file_url, zstores_cmd
 from full_disk import small_fs  # noqa: F401 - a fixture
 
 import zstores
-from zstores import metadata_v3
+from zstores.metadata import v3 as metadata_v3
 
 zarr = pytest.importorskip("zarr")
 if int(zarr.__version__.split(".")[0]) < 3:  # pragma: no cover - the zarr2 venv

@@ -55,7 +55,9 @@ __version__ = "0.1.0"
 _LAZY = {
     **dict.fromkeys(["ContainsArrayError", "ContainsGroupError", "contains_array",
                      "contains_group", "getsize", "init_array", "init_group", "listdir",
-                     "migrate_1to2", "rename", "rmdir"], "hierarchy"),
+                     "rename", "rmdir"], "hierarchy"),
+    "migrate_1to2": "migrate_v1",
+    **dict.fromkeys(["migrate_2to3", "plan_2to3"], "migrate_v3"),
     **dict.fromkeys(["ProcessSynchronizer", "RedisSynchronizer", "SynchronizedArray",
                      "ThreadSynchronizer", "synchronized"], "sync"),
     **dict.fromkeys(["LRUStoreCache", "consolidate_metadata", "open_consolidated"], "wrappers"),
@@ -71,10 +73,11 @@ if TYPE_CHECKING:
         init_array,
         init_group,
         listdir,
-        migrate_1to2,
         rename,
         rmdir,
     )
+    from .migrate_v1 import migrate_1to2
+    from .migrate_v3 import migrate_2to3, plan_2to3
     from .sync import (
         ProcessSynchronizer,
         RedisSynchronizer,
@@ -134,9 +137,11 @@ __all__ = [
     "init_group",
     "listdir",
     "migrate_1to2",
+    "migrate_2to3",
     "normalize_storage_path",
     "open_consolidated",
     "open_store",
+    "plan_2to3",
     "rename",
     "rmdir",
     "synchronized",

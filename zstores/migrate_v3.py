@@ -38,16 +38,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import metadata_v3
 from .base import Store
 from .errors import UnsupportedOperationError
-from .hierarchy import MetadataError
+from .metadata import v3 as metadata_v3
+from .metadata.documents import (
+    ARRAY_V2 as ARRAY,
+    ATTRS_V2 as ATTRS,
+    CONSOLIDATED_V2 as CONSOLIDATED,
+    GROUP_V2 as GROUP,
+    NODE_V3,
+    V2_NAMES,
+    MetadataError,
+    load_json,
+)
 
 __all__ = ["V2_METADATA_NAMES", "Migration", "migrate_2to3", "plan_2to3"]
 
-ARRAY, GROUP, ATTRS, CONSOLIDATED = ".zarray", ".zgroup", ".zattrs", ".zmetadata"
 #: The key names of format 2 metadata, removed by ``remove_v2_metadata=True``.
-V2_METADATA_NAMES = frozenset({ARRAY, GROUP, ATTRS, CONSOLIDATED})
+V2_METADATA_NAMES = V2_NAMES
 
 
 @dataclass
@@ -79,21 +87,14 @@ def _prefix(path: str) -> str:
     return f"{path}/" if path else ""
 
 
-def _decode(key: str, value: bytes) -> Any:
-    try:
-        return json.loads(bytes(value).decode("utf-8"))
-    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
-        raise MetadataError(f"{key!r} does not hold valid JSON: {error}") from None
-
-
 def _read(store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every v2 metadata document by key, and every ``zarr.json`` by node path, decoded."""
     keys = list(store.keys())
     wanted = [key for key in keys if _split(key)[1] in V2_METADATA_NAMES]
-    nodes = [key for key in keys if _split(key)[1] == metadata_v3.NODE_KEY]
+    nodes = [key for key in keys if _split(key)[1] == NODE_V3]
     values = store.getitems(wanted + nodes)
-    v2 = {key: _decode(key, values[key]) for key in sorted(wanted) if key in values}
-    v3 = {_split(key)[0]: _decode(key, values[key]) for key in nodes if key in values}
+    v2 = {key: load_json(values[key], key) for key in sorted(wanted) if key in values}
+    v3 = {_split(key)[0]: load_json(values[key], key) for key in nodes if key in values}
     return v2, v3
 
 
@@ -206,7 +207,7 @@ def plan_2to3(store: Store) -> Migration:
                        groups=sum(1 for d in nodes.values() if d["node_type"] == "group"),
                        consolidated=_consolidate(nodes, existing, documents))
     for path in sorted(nodes, key=lambda p: (-_depth(p), p)):
-        key, value = _prefix(path) + metadata_v3.NODE_KEY, metadata_v3.encode(nodes[path])
+        key, value = _prefix(path) + NODE_V3, metadata_v3.encode(nodes[path])
         if path not in existing:
             result.written[key] = value
         elif metadata_v3.encode(existing[path]) == value or existing[path] == json.loads(value):
@@ -254,7 +255,7 @@ def migrate_2to3(store: Store, *, dry_run: bool = False,
     >>> migrate_2to3(store)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    zstores.hierarchy.MetadataError: '.zarray' cannot be written as Zarr format 3: object dtype ...
+    zstores.metadata.MetadataError: '.zarray' cannot be written as Zarr format 3: object dtype ...
     >>> sorted(store)
     ['.zarray']
     """

@@ -9,7 +9,7 @@
     zstores verify URL [PATH] [--jobs N] [--json]
     zstores rm URL PATH
     zstores consolidate URL
-    zstores migrate URL
+    zstores migrate URL [--to 2|3] [--dry-run] [--remove-v2-metadata]
     zstores --version
 
 Every subcommand takes a store URL as ``zstores.open_store`` does (a plain

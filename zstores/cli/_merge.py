@@ -17,27 +17,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..base import Store
-from ._meta import ARRAY_V2, ATTRS_V2, CONSOLIDATED_V2, GROUP_V2, NODE_V3, Array
+from ..metadata import ATTRS_V2, metadata_format
+from ..metadata.nodes import Array
 from ._tree import Node, read_nodes
 
 __all__ = ["merge_conflict"]
 
-_V2_NAMES = (ARRAY_V2, GROUP_V2, ATTRS_V2, CONSOLIDATED_V2)
 #: Array facts that must agree for two arrays' chunks to be interchangeable.
 _ARRAY_FACTS = ("zarr_format", "shape", "dtype", "chunks", "order", "compressor", "filters",
                 "codecs", "separator", "key_prefix")
-
-
-def _format_of(key: str) -> int | None:
-    name = key.rpartition("/")[2]
-    return 2 if name in _V2_NAMES else 3 if name == NODE_V3 else None
 
 
 def _formats(keys: Iterable[str]) -> dict[int, str]:
     """``{zarr_format: first key showing it}`` among ``keys``."""
     found: dict[int, str] = {}
     for key in sorted(keys):
-        version = _format_of(key)
+        version = metadata_format(key)
         if version is not None:
             found.setdefault(version, key)
     return found
@@ -82,7 +77,7 @@ def _shown(value: object) -> str:
 
 def _node_conflict(src: Store, dst: Store, src_keys: list[str]) -> str | None:
     paths = sorted({key.rpartition("/")[0] for key in src_keys
-                    if _format_of(key) is not None and key.rpartition("/")[2] != ATTRS_V2})
+                    if metadata_format(key) is not None and key.rpartition("/")[2] != ATTRS_V2})
     for ours, theirs in zip(read_nodes(src, paths), read_nodes(dst, paths)):
         if ours.kind == "other" or theirs.kind == "other" or ours.problem or theirs.problem:
             continue

@@ -13,17 +13,8 @@ from typing import Any
 
 from ..base import Store
 from ..keys import normalize_storage_path, prefix_of
-from ._meta import (
-    ARRAY_V2,
-    GROUP_V2,
-    METADATA_NAMES,
-    NODE_V3,
-    Array,
-    BadMetadata,
-    check_array_v2,
-    check_group_v2,
-    load_json,
-)
+from ..metadata import METADATA_NAMES, NODE_NAMES
+from ..metadata.nodes import Array, find_node
 
 __all__ = ["Node", "children", "join", "key_prefix", "keys_under", "read_nodes", "walk"]
 
@@ -36,7 +27,7 @@ def join(path: str, name: str) -> str:
 def key_prefix(store: Store, path: str) -> str:
     """The store's own prefix of every key under ``path`` (``""`` for the root)."""
     path = normalize_storage_path(path)
-    return prefix_of(store._key(path)) if path else ""
+    return prefix_of(store.normalize(path)) if path else ""
 
 
 def keys_under(store: Store, path: str) -> list[str]:
@@ -45,7 +36,7 @@ def keys_under(store: Store, path: str) -> list[str]:
     A sorted backend answers with a range query; this is the one full
     listing a command makes.
     """
-    return sorted(store._list_prefix(key_prefix(store, path)))
+    return store.list_prefix(key_prefix(store, path))
 
 
 @dataclass
@@ -88,44 +79,17 @@ class Node:
 
 
 def _node(path: str, found: dict[str, bytes]) -> Node:
-    prefix = prefix_of(path)
-    if prefix + ARRAY_V2 in found:
-        return _v2_node(path, "array", found[prefix + ARRAY_V2])
-    if prefix + GROUP_V2 in found:
-        return _v2_node(path, "group", found[prefix + GROUP_V2])
-    if prefix + NODE_V3 in found:
-        return _v3_node(path, found[prefix + NODE_V3])
-    return Node(path, "other")
-
-
-def _v2_node(path: str, kind: str, value: bytes) -> Node:
-    try:
-        meta = load_json(value)
-    except BadMetadata as error:
-        return Node(path, kind, 2, problem=str(error))
-    problems = check_array_v2(meta) if kind == "array" else check_group_v2(meta)
-    if problems:
-        return Node(path, kind, 2, meta, problem="; ".join(problems))
-    array = Array.from_v2(path, meta) if kind == "array" else None
-    return Node(path, kind, 2, meta, array)
-
-
-def _v3_node(path: str, value: bytes) -> Node:
-    try:
-        meta = load_json(value)
-        kind = meta.get("node_type") if isinstance(meta, dict) else None
-        if kind not in ("array", "group"):
-            raise BadMetadata(f"'node_type' is {kind!r}, not 'array' or 'group'")
-        array = Array.from_v3(path, meta) if kind == "array" else None
-    except BadMetadata as error:
-        return Node(path, "other", 3, problem=str(error))
-    return Node(path, kind, 3, meta, array)
+    meta = find_node(path, found)
+    if meta is None:
+        return Node(path, "other")
+    return Node(path, meta.kind, meta.zarr_format, meta.document, meta.array,
+                "; ".join(meta.problems) or None)
 
 
 def read_nodes(store: Store, paths: Iterable[str]) -> list[Node]:
     """The node at each path, read with one batch of metadata reads."""
     paths = list(paths)
-    wanted = [prefix_of(p) + name for p in paths for name in (ARRAY_V2, GROUP_V2, NODE_V3)]
+    wanted = [prefix_of(p) + name for p in paths for name in NODE_NAMES]
     found = store.getitems(wanted) if wanted else {}
     return [_node(path, found) for path in paths]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..wrappers import consolidate_metadata
 from ._common import add_url, open_url, shown, subcommand
-from ._meta import ARRAY_V2, CONSOLIDATED_V2, GROUP_V2, NODE_V3
+from ..metadata import ARRAY_V2, CONSOLIDATED_V2, GROUP_V2, NODE_V3
 from ._output import EXIT_OK, CommandError, plural
 
 __all__ = ["add_parser", "run"]

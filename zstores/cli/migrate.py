@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..hierarchy import MetadataError, migrate_1to2
+from ..metadata import ARRAY_V2, MetadataError
+from ..migrate_v1 import migrate_1to2
 from ..migrate_v3 import Migration, migrate_2to3
 from ._common import add_url, open_url, shown, subcommand
-from ._meta import ARRAY_V2
 from ._output import EXIT_OK, CommandError, plural
 
 __all__ = ["add_parser", "run"]

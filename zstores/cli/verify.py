@@ -41,20 +41,19 @@ from ._common import (
     shown,
     subcommand,
 )
-from ._meta import (
-    ARRAY_V2,
+from ..metadata import (
     ATTRS_V2,
     CONSOLIDATED_V2,
     GROUP_V2,
     METADATA_NAMES,
+    NODE_NAMES,
     NODE_V3,
-    Array,
-    BadMetadata,
-    check_array_v2,
-    check_consolidated,
-    check_group_v2,
+    V2_DOCUMENT_NAMES,
+    MetadataError,
     load_json,
 )
+from ..metadata.checks import check_consolidated
+from ..metadata.nodes import Array, classify
 from ._output import (
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -170,7 +169,7 @@ def _read_metadata(store: Store, keys: list[str], findings: _Findings) -> dict[s
         for key, value in store.getitems(batch).items():
             try:
                 documents[key] = load_json(value)
-            except BadMetadata as error:
+            except MetadataError as error:
                 findings.problem(key, "bad_metadata", f"breaks the spec: {error}")
     return documents
 
@@ -178,35 +177,19 @@ def _read_metadata(store: Store, keys: list[str], findings: _Findings) -> dict[s
 def _classify_nodes(documents: dict[str, Any], findings: _Findings) -> None:
     for key, meta in sorted(documents.items()):
         path, name = _parent(key), key.rpartition("/")[2]
-        if name == ARRAY_V2:
-            problems = check_array_v2(meta)
-            for problem in problems:
-                findings.problem(key, "bad_metadata", f"breaks the spec: {problem}")
-            array = None if problems else Array.from_v2(path, meta)
-            findings.arrays[path] = _ArrayState(path, 2, array)
-        elif name == GROUP_V2:
-            for problem in check_group_v2(meta):
-                findings.problem(key, "bad_metadata", f"breaks the spec: {problem}")
+        if name not in NODE_NAMES:
+            continue
+        node = classify(path, name, meta)
+        spec = "the spec" if node.zarr_format == 2 else "the spec (v3)"
+        for problem in node.problems:
+            findings.problem(key, "bad_metadata", f"breaks {spec}: {problem}")
+        if node.kind == "group":
             findings.groups.add(path)
-        elif name == NODE_V3:
-            _classify_v3(key, path, meta, findings)
+        else:  # a v3 document of no known node type is judged as an unusable array
+            findings.arrays[path] = _ArrayState(path, node.zarr_format, node.array)
     for path in sorted(findings.groups & set(findings.arrays)):
         findings.problem(prefix_of(path) + GROUP_V2, "bad_metadata",
                          f"{path or '/'} is both an array and a group")
-
-
-def _classify_v3(key: str, path: str, meta: Any, findings: _Findings) -> None:
-    kind = meta.get("node_type") if isinstance(meta, dict) else None
-    if kind == "group":
-        findings.groups.add(path)
-        return
-    try:
-        if kind != "array":
-            raise BadMetadata(f"'node_type' is {kind!r}, not 'array' or 'group'")
-        findings.arrays[path] = _ArrayState(path, 3, Array.from_v3(path, meta))
-    except BadMetadata as error:
-        findings.problem(key, "bad_metadata", f"breaks the spec (v3): {error}")
-        findings.arrays[path] = _ArrayState(path, 3, None)
 
 
 def _owning_array(key: str, arrays: dict[str, Any]) -> str | None:
@@ -225,7 +208,7 @@ def _check_nesting(documents: dict[str, Any], findings: _Findings) -> None:
         path, name = _parent(key), key.rpartition("/")[2]
         if name == ATTRS_V2 and path not in findings.arrays and path not in findings.groups:
             findings.problem(key, "stray_key", "attributes of no array or group")
-        if name in (ARRAY_V2, GROUP_V2, NODE_V3) and path:
+        if name in NODE_NAMES and path:
             owner = _owning_array(path + "/x", {p: a for p, a in findings.arrays.items()
                                                 if p != path})
             if owner is not None and owner != path:
@@ -249,7 +232,7 @@ def _compare_consolidated(key: str, listed: dict[str, Any], documents: dict[str,
                           findings: _Findings) -> None:
     base = prefix_of(_parent(key))
     actual = {k[len(base):]: doc for k, doc in documents.items() if k.startswith(base)
-              and k.rpartition("/")[2] in (ARRAY_V2, GROUP_V2, ATTRS_V2)}
+              and k.rpartition("/")[2] in V2_DOCUMENT_NAMES}
     differ = sorted(k for k in listed.keys() & actual.keys() if listed[k] != actual[k])
     unlisted = sorted(actual.keys() - listed.keys())
     gone = sorted(listed.keys() - actual.keys())

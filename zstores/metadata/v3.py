@@ -39,21 +39,20 @@ from typing import Any
 import numcodecs
 import numpy as np
 
-from .hierarchy import MetadataError
+from .checks import is_int
+from .documents import ARRAY_V2, NODE_V3, MetadataError
 
 __all__ = [
-    "NODE_KEY",
     "array_from_v2",
     "check_consolidated_field",
     "consolidated_field",
     "encode",
     "group_document",
+    "inner_chunks",
     "is_group",
+    "itemsize",
     "with_consolidated",
 ]
-
-#: The name of a node's metadata key in format 3.
-NODE_KEY = "zarr.json"
 
 #: numcodecs filters zarr-python 3 runs as array-to-array codecs (the only kind a
 #: format 3 codec list accepts before the ``bytes`` codec).
@@ -164,10 +163,10 @@ def check_consolidated_field(field: Any, where: str) -> dict[str, dict[str, Any]
     >>> listing = check_consolidated_field(consolidated_field({"a": group_document()}), "z")
     >>> list(listing), listing["a"]["node_type"]
     (['a'], 'group')
-    >>> check_consolidated_field({"kind": "remote"}, "zarr.json")  # doctest: +ELLIPSIS
+    >>> check_consolidated_field({"kind": "remote"}, NODE_V3)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    zstores.hierarchy.MetadataError: 'zarr.json' has consolidated_metadata of kind 'remote'; ...
+    zstores.metadata.MetadataError: 'zarr.json' has consolidated_metadata of kind 'remote'; ...
     """
     if not isinstance(field, Mapping):
         raise MetadataError(f"{where!r} has no consolidated_metadata object (found {field!r})")
@@ -218,7 +217,7 @@ def data_type(dtype: np.dtype, key: str = "") -> str | dict[str, Any]:
     >>> data_type(np.dtype("O"), "x/.zarray")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    zstores.hierarchy.MetadataError: 'x/.zarray' cannot be written as Zarr format 3: object ...
+    zstores.metadata.MetadataError: 'x/.zarray' cannot be written as Zarr format 3: object ...
     """
     kind = dtype.kind
     if dtype.hasobject and dtype.fields is None:
@@ -338,7 +337,7 @@ def _codecs(zarray: Mapping[str, Any], dtype: np.dtype, key: str) -> list[dict[s
 
 
 def array_from_v2(zarray: Mapping[str, Any], attributes: Mapping[str, Any] | None = None,
-                  *, key: str = ".zarray") -> dict[str, Any]:
+                  *, key: str = ARRAY_V2) -> dict[str, Any]:
     """The format 3 ``zarr.json`` equivalent to a v2 array: same chunks, same bytes.
 
     Chunk keys stay where v2 put them (``v2`` chunk key encoding with the
@@ -414,3 +413,50 @@ def _dimension_names(attributes: Mapping[str, Any] | None,
         del attributes[XARRAY_DIMENSIONS]
         return attributes, names
     return attributes, None
+
+
+# ------------------------------------------------------------ reading arrays
+_V3_TIME_TYPES = ("numpy.datetime64", "numpy.timedelta64")
+
+
+def itemsize(data_type: Any) -> int:
+    """Bytes per element of a v3 ``data_type``; 0 when variable-length or unknown.
+
+    Covers the core types (``int8`` ... ``complex128``, ``r<bits>``) and the
+    fixed-size extensions zarr-python writes (datetimes, fixed-length
+    strings and bytes, which state ``length_bytes``).
+
+    Examples
+    --------
+    >>> itemsize("float32"), itemsize("r24"), itemsize("string")
+    (4, 3, 0)
+    >>> itemsize({"name": "fixed_length_utf32", "configuration": {"length_bytes": 12}})
+    12
+    """
+    if isinstance(data_type, dict):
+        name, config = data_type.get("name"), data_type.get("configuration") or {}
+        if name in _V3_TIME_TYPES:
+            return 8
+        length = config.get("length_bytes") if isinstance(config, dict) else None
+        return length if is_int(length) and length > 0 else 0
+    if not isinstance(data_type, str):
+        return 0
+    if data_type in _V3_TIME_TYPES:
+        return 8
+    if data_type.startswith("r") and data_type[1:].isdigit() and int(data_type[1:]) % 8 == 0:
+        return int(data_type[1:]) // 8
+    if data_type in ("bool", "float16", "float32", "float64", "complex64", "complex128") or \
+            data_type.startswith(("int", "uint")) and data_type.lstrip("uint").isdigit():
+        try:
+            return int(np.dtype(data_type).itemsize)
+        except TypeError:
+            return 0
+    return 0
+
+
+def inner_chunks(codecs: list[Any]) -> tuple[int, ...] | None:
+    """The inner chunk shape when the array-to-bytes codec is ``sharding_indexed``."""
+    for codec in codecs:
+        if isinstance(codec, dict) and codec.get("name") == "sharding_indexed":
+            return tuple(int(n) for n in (codec.get("configuration") or {})["chunk_shape"])
+    return None

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LockOrderError
+from ..metadata import ARRAY_V2, NODE_V3
 from .chunks import ChunkLayout, broadcast_value, normalize_selection, selection_shape, split
 from .locks import Synchronizer, lock_name
 
@@ -50,7 +51,7 @@ class _Zarr2:
         array = self.array
         separator = getattr(array, "_dimension_separator", None) or "."
         return ChunkLayout(
-            tuple(array.shape), tuple(array.chunks), array.path, separator, "v2", ".zarray"
+            tuple(array.shape), tuple(array.chunks), array.path, separator, "v2", ARRAY_V2
         )
 
     def reload(self) -> None:
@@ -80,14 +81,14 @@ class _Zarr3:
         shape = tuple(array.shape)
         if metadata.zarr_format == 2:
             separator = metadata.dimension_separator or "."
-            return ChunkLayout(shape, tuple(metadata.chunks), path, separator, "v2", ".zarray")
+            return ChunkLayout(shape, tuple(metadata.chunks), path, separator, "v2", ARRAY_V2)
         grid = getattr(metadata.chunk_grid, "chunk_shape", None)  # shards when sharded
         if grid is None:
             raise TypeError(
                 f"synchronized() needs a regular chunk grid; this array has {metadata.chunk_grid}"
             )
         encoding = metadata.chunk_key_encoding
-        return ChunkLayout(shape, tuple(grid), path, encoding.separator, encoding.name, "zarr.json")
+        return ChunkLayout(shape, tuple(grid), path, encoding.separator, encoding.name, NODE_V3)
 
     def reload(self) -> None:
         self.array = _open_zarr3(*self._reopen_args())

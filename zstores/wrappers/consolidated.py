@@ -17,28 +17,35 @@ answers metadata reads from memory and passes chunk keys to the store.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..base import Buffer, Mode, Store
-from .. import metadata_v3
 from ..errors import ReadOnlyError
-from ..hierarchy import MetadataError, _json_bytes
 from ..keys import normalize_storage_path, prefix_of
+from ..metadata import v2
+from ..metadata import v3 as metadata_v3
+from ..metadata.documents import (
+    CONSOLIDATED_V2,
+    GROUP_V2,
+    NODE_V3,
+    V2_DOCUMENT_NAMES,
+    MetadataError,
+    load_json,
+)
 from .delegate import WrapperStore
 
 __all__ = ["ConsolidatedStore", "consolidate_metadata", "open_consolidated"]
 
 #: The metadata documents a consolidation gathers, by the last segment of their key.
-METADATA_NAMES = frozenset({".zarray", ".zgroup", ".zattrs"})
+METADATA_NAMES = V2_DOCUMENT_NAMES
 #: The key (under the consolidated group's path) of the consolidated document.
-CONSOLIDATED_KEY = ".zmetadata"
+CONSOLIDATED_KEY = CONSOLIDATED_V2
 #: The ``zarr_consolidated_format`` written and understood.
 CONSOLIDATED_FORMAT = 1
 #: A format 3 node's metadata key; the consolidated group's own holds the document.
-NODE_KEY = metadata_v3.NODE_KEY
+NODE_KEY = NODE_V3
 
 
 def _name(key: str) -> str:
@@ -140,7 +147,7 @@ class ConsolidatedStore(WrapperStore):
         """``(key, bytes)`` of each document served, encoded as its zarr-python writes it."""
         for relative, document in self._document["metadata"].items():
             if self._zarr_format == 2:
-                yield self._prefix + relative, _json_bytes(document)
+                yield self._prefix + relative, v2.encode(document)
             else:
                 # A sub-group's zarr.json in the store has no consolidated metadata; the
                 # empty one the listing gives it would hide its members from zarr-python.
@@ -344,13 +351,6 @@ def checked_document(document: Any, where: str) -> dict[str, Any]:
     return {"metadata": dict(metadata), "zarr_consolidated_format": CONSOLIDATED_FORMAT}
 
 
-def _decode(key: str, value: bytes) -> Any:
-    try:
-        return json.loads(value)
-    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
-        raise MetadataError(f"{key!r} does not hold valid JSON: {error}") from None
-
-
 def _as_store(store: Store | str | os.PathLike[str], mode: str) -> tuple[Store, bool]:
     """The store, and whether it was opened here (from a URL or path)."""
     if isinstance(store, Store):
@@ -368,7 +368,7 @@ def _as_store(store: Store | str | os.PathLike[str], mode: str) -> tuple[Store, 
 def _format_at(store: Store, path: str) -> int:
     """The Zarr format of the node at ``path``: 3 if it has ``zarr.json`` and no ``.zgroup``."""
     prefix = prefix_of(path)
-    return 3 if prefix + NODE_KEY in store and prefix + ".zgroup" not in store else 2
+    return 3 if prefix + NODE_KEY in store and prefix + GROUP_V2 not in store else 2
 
 
 def _check_format(zarr_format: int | None) -> None:
@@ -382,7 +382,7 @@ def _metadata_documents(store: Store, path: str, names: frozenset[str],
     """Every metadata document below the group ``path`` (but ``skip``), decoded, by key."""
     keys = [key for key in store.list_prefix(path) if _name(key) in names and key != skip]
     values = store.getitems(keys)
-    return {key: _decode(key, value) for key, value in sorted(values.items())}
+    return {key: load_json(value, key) for key, value in sorted(values.items())}
 
 
 def _consolidate_v2(store: Store, path: str) -> dict[str, Any]:
@@ -390,7 +390,7 @@ def _consolidate_v2(store: Store, path: str) -> dict[str, Any]:
     found = _metadata_documents(store, path, METADATA_NAMES, prefix + CONSOLIDATED_KEY)
     documents = {key[len(prefix):]: document for key, document in found.items()}
     document = {"metadata": documents, "zarr_consolidated_format": CONSOLIDATED_FORMAT}
-    store[prefix + CONSOLIDATED_KEY] = _json_bytes(document)
+    store[prefix + CONSOLIDATED_KEY] = v2.encode(document)
     return document
 
 
@@ -398,7 +398,7 @@ def _consolidate_v3(store: Store, path: str) -> dict[str, Any]:
     prefix = prefix_of(path)
     key = prefix + NODE_KEY
     try:
-        group = _decode(key, store[key])
+        group = load_json(store[key], key)
     except KeyError:
         raise KeyError(f"no Zarr format 3 group at {path!r}: {key!r} is missing in "
                        f"{store!r}") from None
@@ -500,7 +500,7 @@ def consolidate_metadata(
 def _read_v2(store: Store, path: str) -> dict[str, Any] | None:
     key = prefix_of(path) + CONSOLIDATED_KEY
     try:
-        return _decode(key, store[key])
+        return load_json(store[key], key)
     except KeyError:
         return None
 
@@ -508,7 +508,7 @@ def _read_v2(store: Store, path: str) -> dict[str, Any] | None:
 def _read_v3(store: Store, path: str) -> dict[str, Any] | None:
     key = prefix_of(path) + NODE_KEY
     try:
-        group = _decode(key, store[key])
+        group = load_json(store[key], key)
     except KeyError:
         return None
     if not isinstance(group, dict) or group.get("consolidated_metadata") is None:
