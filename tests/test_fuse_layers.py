@@ -11,8 +11,6 @@ import ast
 import doctest
 import errno
 import importlib
-import pathlib
-import stat
 from pathlib import Path
 
 import pytest
@@ -130,7 +128,7 @@ def test_docstring_examples(name: str) -> None:
     assert result.failed == 0
 
 
-def _private_reaches(path: pathlib.Path) -> list[str]:
+def _private_reaches(path: Path) -> list[str]:
     """``obj._name`` in ``path`` where ``obj`` is not ``self``, ``cls`` or ``super()``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

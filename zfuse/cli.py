@@ -33,15 +33,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import registry
-from .mount import (
-    MountError,
-    check_mountpoint,
-    mount,
-    parse_fuse_options,
-    raise_read_ahead,
-    require_mfusepy,
-    unmount,
-)
+from ._libfuse import require_mfusepy
+from .mount import MountError, check_mountpoint, mount, raise_read_ahead, unmount
+from .options import parse_fuse_options
 
 __all__ = ["main"]
 

@@ -295,10 +295,6 @@ class StoreView:
                 _prune(stats, now)
             stats[key] = (now + self.attr_timeout, attrs)
 
-    def remember_missing(self, key: str) -> None:
-        """``key`` was removed through the mount: answer ENOENT without asking the store."""
-        self._remember(key, None)
-
     def forget(self, key: str) -> None:
         """Drop what is cached about ``key``, and negative entries of its parents."""
         stats = self._stats
