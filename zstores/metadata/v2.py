@@ -396,14 +396,9 @@ def array_metadata(
     """The ``.zarray`` of ``init_array``'s arguments, normalized and encoded (no store touched).
 
     The arguments mean what they mean for ``zstores.hierarchy.init_array``
-    (``dimension_separator`` already resolved against the store's default).
-
-    Raises
-    ------
-    BadCompressorError
-        If ``compressor`` is not a codec.
-    ValueError
-        For an invalid dtype, fill value, order, chunks or separator.
+    (``dimension_separator`` already resolved against the store's default),
+    and the errors are its own: ``BadCompressorError`` (a ``ValueError``)
+    for a compressor that is no codec, ``ValueError`` for any other argument.
 
     Examples
     --------
