@@ -272,7 +272,7 @@ def test_missing_consolidated_metadata_names_the_key():
 
 
 @pytest.mark.parametrize("raw, message", [
-    (b"not json", "valid JSON"),
+    (b"not json", "is not JSON"),
     (b"[1, 2]", "JSON object"),
     (b'{"metadata": {}, "zarr_consolidated_format": 2}', "zarr_consolidated_format 2"),
     (b'{"zarr_consolidated_format": 1}', "'metadata'"),
