@@ -7,6 +7,7 @@ chunk-unaligned regions that share chunks, as zarr-python 2's own test did
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -16,13 +17,14 @@ import signal
 import socket
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import sync_workers as workers
 
-from zstores.errors import StoreConnectionError
+from zstores.errors import StoreConnectionError, StoreIOError
 from zstores.stores.dbm import DBMStore
 from zstores.stores.directory import DirectoryStore, NestedDirectoryStore
 from zstores.stores.lmdb import LMDBStore
@@ -281,6 +283,73 @@ def test_redis_synchronizer_names_an_unreachable_server():
     with pytest.raises(StoreConnectionError, match=f"127.0.0.1:{port}") as caught:
         sync["k"].acquire()
     assert "secret" not in str(caught.value)
+
+
+def _shows(error: BaseException, secret: str) -> list[str]:
+    """Where ``secret`` shows in ``error``: its text, repr, chained errors or traceback."""
+    import traceback
+
+    found, seen, pending = [], set(), [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if secret in f"{current!s} {current!r}":
+            found.append(f"{type(current).__name__}: {current}")
+        pending += [current.__cause__, current.__context__]
+    if secret in "".join(traceback.format_exception(error)):
+        found.append("the formatted traceback")
+    return found
+
+
+@contextlib.contextmanager
+def _echoing_server() -> Iterator[int]:
+    """A port whose server answers every command as Redis 5 answers one it does not
+    know (``HELLO`` before Redis 6), echoing its arguments: a password among them."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+
+        def serve() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    connection, _ = listener.accept()
+                    with connection:
+                        words = connection.recv(65536).split(b"\r\n")[2::2]  # RESP bulk strings
+                        shown = b", ".join(b"'" + word + b"'" for word in words[1:])
+                        connection.sendall(b"-ERR unknown command '" + words[0]
+                                           + b"', with args beginning with: " + shown + b"\r\n")
+
+        threading.Thread(target=serve, daemon=True).start()
+        yield listener.getsockname()[1]
+
+
+def _password_url(port: int, password: str) -> str:
+    return "redis://:" + password + f"@127.0.0.1:{port}/0"
+
+
+@pytest.mark.parametrize("server", ["dead port", "wrong password", "echoes the password"])
+def test_redis_synchronizer_errors_never_show_the_password(server, private_redis):
+    password = "pw-" + uuid.uuid4().hex  # not written in any source line a traceback shows
+    with contextlib.ExitStack() as stack:
+        if server == "dead port":
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+        elif server == "wrong password":
+            port = private_redis(password="right-" + uuid.uuid4().hex).port
+        else:
+            port = stack.enter_context(_echoing_server())
+        sync = RedisSynchronizer(_password_url(port, password), timeout=1)
+        with pytest.raises(StoreConnectionError if server != "echoes the password"
+                           else StoreIOError) as caught:
+            sync["k"].acquire()
+    error = caught.value
+    assert f"127.0.0.1:{port}" in str(error) and "RedisSynchronizer" in str(error)
+    assert _shows(error, password) == []
+    if server == "echoes the password":
+        assert "***" in str(error)  # the server's words are kept, the password scrubbed
 
 
 # -------------------------------------------------------------- chunk keys

@@ -132,3 +132,11 @@ def _with_errno(code: int, args: tuple[object, ...]) -> tuple[object, ...]:
     if len(args) == 1 and isinstance(args[0], str):
         return (code, args[0])
     return args
+
+
+class StoreURLError(ZStoresError, ValueError):
+    """A store URL names an unknown scheme or option, or an option has a bad value.
+
+    Defined here, not in ``urls``, because the network stores raise it too and
+    sit below ``urls``; ``zstores.urls.StoreURLError`` is the same class.
+    """

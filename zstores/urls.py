@@ -39,7 +39,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from .base import Mode, Store, check_mode
-from .errors import ZStoresError
+from .errors import StoreURLError
+from .secrets import redact_url  # re-exported: documented as zstores.urls.redact_url
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -53,10 +54,6 @@ __all__ = [
 
 #: The entry-point group third-party stores register their schemes in.
 ENTRY_POINT_GROUP = "zstores.stores"
-
-
-class StoreURLError(ZStoresError, ValueError):
-    """A store URL names an unknown scheme or option, or an option has a bad value."""
 
 
 # ------------------------------------------------------------ option parsing
@@ -222,23 +219,6 @@ PATH_ENDINGS: dict[str, tuple[str, Mapping[str, Any]]] = {
 }
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)([^/?#@]*)@")
-_PASSWORD_OPTION = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
-
-
-def redact_url(url: str) -> str:
-    """The URL with every password (user part or ``password=`` option) shown as ``***``.
-
-    Examples
-    --------
-    >>> redact_url("redis://user:secret@localhost:6379/0?password=x&db=1")
-    'redis://user:***@localhost:6379/0?password=***&db=1'
-    """
-    match = _USERINFO.match(url)
-    if match and ":" in match.group(2):
-        user = match.group(2).split(":", 1)[0]
-        url = f"{match.group(1)}{user}:***@{url[match.end():]}"
-    return _PASSWORD_OPTION.sub(r"\1***", url)
 
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
@@ -460,7 +440,7 @@ def open_store(url: str | os.PathLike[str], *, mode: Mode = "a", **options: Any)
     >>> open_store("memory://", fsync=True)
     Traceback (most recent call last):
     ...
-    zstores.urls.StoreURLError: unknown option 'fsync' for memory://; known options: none
+    zstores.errors.StoreURLError: unknown option 'fsync' for memory://; known options: none
     """
     check_mode(mode)
     parsed = _parse(url)

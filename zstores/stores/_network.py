@@ -1,6 +1,7 @@
-"""What the network stores share: scrubbing passwords, checking URL options, and
-turning driver errors into typed zstores errors.  Imports no driver, so each
-store works with only its own installed.
+"""What the network stores share: checking URL options, and turning driver
+errors into typed zstores errors that never show a password (the scrubbing
+itself is ``zstores.secrets``).  Imports no driver, so each store works with
+only its own installed; the synchronizers use it too.
 
 A network store (Redis, MongoDB) declares two things and decorates its
 primitives with ``network_errors_as``:
@@ -11,8 +12,6 @@ primitives with ``network_errors_as``:
 
 Examples
 --------
->>> secrets_of("redis://user:pw@h:1/0?password=other")
-['pw', 'other']
 >>> error = backend_error(StoreConnectionError, "RedisStore redis://:***@h:1/0",
 ...                       "could not talk to the server", ["pw"],
 ...                       OSError("refused\\nwith pw"))
@@ -26,20 +25,19 @@ import functools
 import math
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
-from ..errors import StoreConnectionError
-from ..urls import StoreURLError, redact_url
+from ..errors import StoreConnectionError, StoreURLError
+from ..secrets import mentions_secret, redact_url, scrub, secrets_of
 
 __all__ = [
     "backend_error",
+    "call_translating",
     "check_connect_timeout",
     "check_url_options",
     "connection_error",
-    "mentions_secret",
     "network_errors_as",
     "query_names",
-    "secrets_of",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -47,38 +45,6 @@ E = TypeVar("E", bound=BaseException)
 
 #: The default of every network store's ``connect_timeout`` (seconds).
 DEFAULT_CONNECT_TIMEOUT = 5.0
-
-
-def secrets_of(url: str) -> list[str]:
-    """The passwords a URL carries (raw and percent-decoded), to scrub from messages."""
-    parts = urlsplit(url)
-    found = []
-    if parts.password:
-        found += [parts.password, unquote(parts.password)]
-    found += [v for n, v in parse_qsl(parts.query) if n.lower() == "password" and v]
-    return list(dict.fromkeys(secret for secret in found if secret))
-
-
-def mentions_secret(error: BaseException, secrets: Iterable[str]) -> bool:
-    """True when ``str`` or ``repr`` of ``error`` or of an exception chained to it
-    shows one of ``secrets``."""
-    secrets = [secret for secret in secrets if secret]
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [error]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        text = f"{current!s} {current!r}"
-        if any(secret in text for secret in secrets):
-            return True
-        pending += [current.__cause__, current.__context__]
-    return False
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def backend_error(cls: type[E], store: str, what: str, secrets: Iterable[str],
@@ -89,10 +55,7 @@ def backend_error(cls: type[E], store: str, what: str, secrets: Iterable[str],
     one line with every password scrubbed.  ``args`` come first (an errno for
     the ``OSError`` family).
     """
-    detail = _one_line(str(error) if detail is None else detail)
-    for secret in secrets:
-        if secret:
-            detail = detail.replace(secret, "***")
+    detail = scrub(str(error) if detail is None else detail, secrets)
     message = f"{store}: {what}: {type(error).__name__}"
     return cls(*args, f"{message}: {detail}" if detail else message)
 
@@ -101,6 +64,37 @@ def connection_error(store: str, where: str, secrets: list[str], error: BaseExce
     """A ``StoreConnectionError`` naming the store and its redacted URL."""
     return backend_error(StoreConnectionError, f"{store} {where}", "could not talk to the server",
                          secrets, error)
+
+
+def call_translating(call: Callable[[], Any],
+                     driver_errors: type[BaseException] | tuple[type[BaseException], ...],
+                     translate: Callable[[BaseException], BaseException],
+                     secrets: Callable[[], Iterable[str]]) -> Any:
+    """``call()``, its driver errors raised as ``translate(error)`` with no password in any chain.
+
+    The driver's exception is chained (``__cause__``) unless its text, or
+    that of an exception chained to it, shows one of ``secrets()``; then it
+    is dropped from the chain entirely, ``__context__`` included, so no
+    traceback can print it.  (A ``with`` block cannot do this: an exception
+    raised in ``__exit__`` always gets the driver's as its ``__context__``.)
+
+    Examples
+    --------
+    >>> def connect():
+    ...     raise OSError("AUTH default pw refused")
+    >>> try:
+    ...     call_translating(connect, OSError, lambda e: StoreConnectionError("no"), lambda: ["pw"])
+    ... except StoreConnectionError as error:
+    ...     error.__cause__, error.__context__
+    (None, None)
+    """
+    try:
+        return call()
+    except driver_errors as error:
+        typed = translate(error)
+        if not mentions_secret(error, secrets()):
+            raise typed from error
+    raise typed  # outside the handler: no __context__ either
 
 
 def network_errors_as(method: F) -> F:
@@ -114,13 +108,8 @@ def network_errors_as(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except self._driver_errors as error:
-            typed = self._typed_error(error)
-            if not mentions_secret(error, self._secrets()):
-                raise typed from error
-        raise typed  # outside the handler: no __context__ either
+        return call_translating(functools.partial(method, self, *args, **kwargs),
+                                self._driver_errors, self._typed_error, self._secrets)
 
     return wrapper  # type: ignore[return-value]
 
@@ -166,7 +155,7 @@ def check_url_options(url: str, client: Collection[str], own: Collection[str],
     ...                   "redis-py", "RedisStore")
     Traceback (most recent call last):
     ...
-    zstores.urls.StoreURLError: unknown option 'prefx' for redis:// in 'redis://:***@h/0?prefx=a'; known options: prefix (zstores) and db, socket_timeout (redis-py)
+    zstores.errors.StoreURLError: unknown option 'prefx' for redis:// in 'redis://:***@h/0?prefx=a'; known options: prefix (zstores) and db, socket_timeout (redis-py)
     """
     scheme = urlsplit(url).scheme
     for name in query_names(url):

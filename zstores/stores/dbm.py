@@ -22,7 +22,7 @@ from ..errors import (
     UnsupportedOperationError,
     ZStoresError,
 )
-from ..sync.writer import writer_lock
+from ._single_writer import writer_lock
 from ._dumb import DumbFiles, ShortValue, is_dumb
 
 __all__ = ["DBMStore"]

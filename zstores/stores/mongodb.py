@@ -11,17 +11,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..base import Buffer, Mode, Store
-from ..errors import CorruptValueError, StoreConnectionError, StoreFullError, StoreIOError
+from ..errors import (
+    CorruptValueError,
+    StoreConnectionError,
+    StoreFullError,
+    StoreIOError,
+    StoreURLError,
+)
 from ..keys import check_utf8_key
-from ..urls import StoreURLError, redact_url
+from ..secrets import mentions_secret, redact_url, scrub, secrets_of
 from ._network import (
     DEFAULT_CONNECT_TIMEOUT,
     backend_error,
     check_connect_timeout,
     check_url_options,
-    mentions_secret,
     network_errors_as,
-    secrets_of,
 )
 
 __all__ = ["MongoDBStore", "client_url_options"]
@@ -311,9 +315,7 @@ class MongoDBStore(Store):
                                       secrets_of(url), error)
                 raise typed from None
         for warning in caught:
-            text = str(warning.message)
-            for secret in secrets_of(url):
-                text = text.replace(secret, "***")
+            text = scrub(str(warning.message), secrets_of(url))
             # A UserWarning here is the URI parser ignoring an option or its
             # value ("The value of w must be a non negative integer").
             if issubclass(warning.category, UserWarning):

@@ -9,20 +9,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..base import Buffer, Mode, Store
-from ..errors import StoreConnectionError, StoreFullError, StoreIOError
+from ..errors import StoreConnectionError, StoreFullError, StoreIOError, StoreURLError
 from ..keys import check_utf8_key
-from ..urls import StoreURLError, redact_url
+from ..secrets import mentions_secret, redact_url, scrub, secrets_of
 from ._network import (
     DEFAULT_CONNECT_TIMEOUT,
     backend_error,
     check_connect_timeout,
     check_url_options,
-    mentions_secret,
     network_errors_as,
-    secrets_of,
 )
 
-__all__ = ["RedisStore", "client_url_options", "glob_escape"]
+__all__ = ["RedisStore", "client_url_options", "glob_escape", "typed_redis_error"]
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -143,6 +141,49 @@ def _groups_by_size(items: list[tuple[str, Buffer]], limit: int) -> list[list[tu
 
 
 # ------------------------------------------------------------------- the store
+def typed_redis_error(error: BaseException, name: str, secrets: list[str]) -> Exception:
+    """The zstores error a redis-py exception becomes, naming ``name``, no password shown.
+
+    Network failures and refused credentials are ``StoreConnectionError``;
+    a server out of memory (``maxmemory`` with ``noeviction``) is a full
+    store, ``StoreFullError``; a command the ACL forbids is ``StoreIOError``
+    with ``EACCES``; anything else the server or client refuses is
+    ``StoreIOError``.  ``RedisStore`` and ``RedisSynchronizer`` both use it.
+
+    Parameters
+    ----------
+    error : BaseException
+        A redis-py exception.
+    name : str
+        The store or synchronizer with its redacted URL, for the message.
+    secrets : list of str
+        Passwords to scrub from the driver's message.
+
+    Examples
+    --------
+    >>> import redis
+    >>> typed_redis_error(redis.exceptions.ResponseError("OOM command not allowed"),
+    ...                   "RedisStore redis://h/0", [])
+    StoreFullError(28, 'RedisStore redis://h/0: the server is out of memory (maxmemory reached): ResponseError: OOM command not allowed')
+    """
+    exceptions = _import_redis().exceptions
+    if isinstance(error, exceptions.AuthenticationError):
+        return backend_error(StoreConnectionError, name,
+                             "the server refused the credentials", secrets, error)
+    if isinstance(error, (exceptions.ConnectionError, exceptions.TimeoutError)):
+        return backend_error(StoreConnectionError, name, "could not talk to the server",
+                             secrets, error)
+    text = str(error)
+    if isinstance(error, exceptions.OutOfMemoryError) or text.startswith("OOM") \
+            or (isinstance(error, exceptions.ExecAbortError) and "OOM" in text):
+        return backend_error(StoreFullError, name,
+                             "the server is out of memory (maxmemory reached)", secrets, error)
+    if isinstance(error, exceptions.NoPermissionError) or text.startswith("NOPERM"):
+        return backend_error(StoreIOError, name, "the server denied the command",
+                             secrets, error, errno.EACCES)
+    return backend_error(StoreIOError, name, "the server refused the command", secrets, error)
+
+
 class RedisStore(Store):
     """Keys and values as Redis strings named ``prefix + ":" + key``.
 
@@ -288,9 +329,7 @@ class RedisStore(Store):
         try:
             return redis.Redis.from_url(url, **client_kwargs)
         except ValueError as error:  # parse_url's "Invalid value for 'db' in connection URL."
-            message = str(error)
-            for secret in secrets_of(url):
-                message = message.replace(secret, "***")
+            message = scrub(str(error), secrets_of(url))
             raise StoreURLError(f"RedisStore cannot use {self._where}: {message}") from None
 
     def _ping(self) -> None:
@@ -350,32 +389,8 @@ class RedisStore(Store):
         return secrets
 
     def _typed_error(self, error: BaseException) -> Exception:
-        """The zstores error a redis-py exception becomes.
-
-        Network failures and refused credentials are ``StoreConnectionError``;
-        a server out of memory (``maxmemory`` with ``noeviction``) is a full
-        store, ``StoreFullError``; a command the ACL forbids is ``StoreIOError``
-        with ``EACCES``; anything else the server or client refuses is
-        ``StoreIOError``.
-        """
-        redis = _import_redis()
-        exceptions = redis.exceptions
-        name, secrets = self._store_name(), self._secrets()
-        if isinstance(error, exceptions.AuthenticationError):
-            return backend_error(StoreConnectionError, name,
-                                 "the server refused the credentials", secrets, error)
-        if isinstance(error, (exceptions.ConnectionError, exceptions.TimeoutError)):
-            return backend_error(StoreConnectionError, name, "could not talk to the server",
-                                 secrets, error)
-        text = str(error)
-        if isinstance(error, exceptions.OutOfMemoryError) or text.startswith("OOM") \
-                or (isinstance(error, exceptions.ExecAbortError) and "OOM" in text):
-            return backend_error(StoreFullError, name,
-                                 "the server is out of memory (maxmemory reached)", secrets, error)
-        if isinstance(error, exceptions.NoPermissionError) or text.startswith("NOPERM"):
-            return backend_error(StoreIOError, name, "the server denied the command",
-                                 secrets, error, errno.EACCES)
-        return backend_error(StoreIOError, name, "the server refused the command", secrets, error)
+        """The zstores error a redis-py exception becomes (``typed_redis_error``)."""
+        return typed_redis_error(error, self._store_name(), self._secrets())
 
     def _name(self, key: str) -> str:
         return self._base + key

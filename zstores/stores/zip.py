@@ -27,7 +27,7 @@ from ..errors import (
     ValueTooLargeError,
 )
 from ..keys import child_name
-from ..sync.writer import writer_lock
+from ._single_writer import writer_lock
 
 __all__ = ["ZipStore"]
 

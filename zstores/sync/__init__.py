@@ -10,9 +10,10 @@ right chunk locks around its writes.
 - ``locks.py``: ``ThreadSynchronizer``, ``ProcessSynchronizer`` (file locks),
   ``RedisSynchronizer`` (Redis leases), and their errors;
 - ``chunks.py``: the chunk grid and chunk keys, selections cut per chunk;
-- ``arrays.py``: ``synchronized`` and ``SynchronizedArray``;
-- ``writer.py``: the exclusive file lock that keeps a second process from
-  writing to single-writer stores (Zip, DBM).
+- ``arrays.py``: ``synchronized`` and ``SynchronizedArray``.
+
+``StoreLockedError`` (a second writer process refused by Zip or DBM, whose
+lock lives in ``zstores/stores/_single_writer.py``) is re-exported here.
 
 See docs/parallel-writes.md.
 """
@@ -22,9 +23,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
+from ..errors import StoreLockedError
 
-# Exports load on first use: the stores import ``writer`` from here, and must
-# not pull in numpy with it (DBMStore runs in interpreters without numpy).
+# Exports load on first use: ``import zstores`` must not pull in numpy
+# (DBMStore runs in interpreters without numpy).
 _EXPORTS = {
     "LockOrderError": "arrays",
     "SynchronizedArray": "arrays",
@@ -37,7 +39,6 @@ _EXPORTS = {
     "RedisSynchronizer": "locks",
     "ThreadSynchronizer": "locks",
     "lock_file_name": "locks",
-    "StoreLockedError": "writer",
 }
 
 __all__ = [
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
         ThreadSynchronizer,
         lock_file_name,
     )
-    from .writer import StoreLockedError
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -22,16 +22,11 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, Protocol, Self
 
-from ..errors import (
-    LeaseExpiredError,
-    LockTimeoutError,
-    LockUnsupportedError,
-    StoreConnectionError,
-)
+from ..errors import LeaseExpiredError, LockTimeoutError, LockUnsupportedError
+from ..secrets import redact_url, secrets_of
 
 __all__ = [
     "LeaseExpiredError",
@@ -448,22 +443,22 @@ _REDIS_POLL = 0.002  # seconds between attempts on a held Redis lock
 class RedisLock:
     """The lock of one key of a ``RedisSynchronizer``: a Redis key with a lease."""
 
-    def __init__(self, key: str, lock: Any, timeout: float | None, describe: Callable[[], str]) -> None:
+    def __init__(self, key: str, lock: Any, timeout: float | None, owner: RedisSynchronizer) -> None:
         self.key = key
         self.name = lock.name
         self._lock = lock
         self._timeout = timeout
-        self._describe = describe
+        self._owner = owner
 
     def acquire(self, timeout: float | None = None) -> None:
         """Wait for the lock; ``timeout`` (default: the synchronizer's) bounds the wait."""
         timeout = self._timeout if timeout is None else timeout
-        with _redis_errors(self._describe):
-            acquired = self._lock.acquire(blocking=True, blocking_timeout=timeout)
+        acquired = self._owner._call(
+            functools.partial(self._lock.acquire, blocking=True, blocking_timeout=timeout))
         if not acquired:
             raise LockTimeoutError(
                 f"could not lock key {self.key!r} within {timeout} s: the Redis lock "
-                f"{self.name!r} on {self._describe()} is held by another writer"
+                f"{self.name!r} on {self._owner._describe()} is held by another writer"
             )
 
     def release(self) -> None:
@@ -477,8 +472,7 @@ class RedisLock:
         from redis.exceptions import LockNotOwnedError
 
         try:
-            with _redis_errors(self._describe):
-                self._lock.release()
+            self._owner._call(self._lock.release)
         except LockNotOwnedError:
             raise LeaseExpiredError(
                 f"the lease of the Redis lock {self.name!r} (key {self.key!r}) expired "
@@ -492,20 +486,6 @@ class RedisLock:
 
     def __exit__(self, *exc_info: object) -> None:
         self.release()
-
-
-@contextmanager
-def _redis_errors(describe: Callable[[], str]) -> Iterator[None]:
-    """Turn a lost connection into ``StoreConnectionError`` naming the server."""
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-
-    try:
-        yield
-    except (RedisConnectionError, RedisTimeoutError) as error:
-        raise StoreConnectionError(
-            f"RedisSynchronizer cannot reach {describe()}: {error}"
-        ) from error
 
 
 class RedisSynchronizer:
@@ -575,9 +555,36 @@ class RedisSynchronizer:
             return self._client
 
     def _describe(self) -> str:
-        from ..urls import redact_url
-
         return redact_url(self.url)
+
+    def _secrets(self) -> list[str]:
+        """Every password this synchronizer knows of, to keep out of errors."""
+        found = secrets_of(self.url)
+        if self._client is not None:
+            password = self._client.connection_pool.connection_kwargs.get("password")
+            if password:
+                found.append(password)
+        return found
+
+    def _call(self, call: Callable[[], Any]) -> Any:
+        """``call()``, a server's or network's redis-py error raised as a typed zstores error.
+
+        The translation is RedisStore's (``StoreConnectionError`` when the
+        server cannot be reached or refuses the credentials, ``StoreIOError``
+        when it refuses a command ...), with no password in the message or
+        in any chained exception.  Lock errors of redis-py (a lease that
+        expired) pass through for ``RedisLock`` to explain.
+        """
+        from redis import exceptions
+
+        from ..stores._network import call_translating
+        from ..stores.redis import typed_redis_error
+
+        def translate(error: BaseException) -> Exception:
+            return typed_redis_error(error, f"RedisSynchronizer {self._describe()}", self._secrets())
+
+        driver_errors = (exceptions.ConnectionError, exceptions.TimeoutError, exceptions.ResponseError)
+        return call_translating(call, driver_errors, translate, self._secrets)
 
     def lock_name(self, key: str) -> str:
         """The Redis key of ``key``'s lock."""
@@ -586,7 +593,7 @@ class RedisSynchronizer:
     def __getitem__(self, key: str) -> RedisLock:
         name = self.lock_name(key)
         lock = self._redis().lock(name, timeout=self.lease, sleep=_REDIS_POLL, thread_local=False)
-        return RedisLock(key, lock, self.timeout, self._describe)
+        return RedisLock(key, lock, self.timeout, self)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_new_redis_synchronizer, (self.url, self.prefix, self.lease, self.timeout))

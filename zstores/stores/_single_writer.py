@@ -1,5 +1,8 @@
 """One writer process at a time for stores that cannot take more (Zip, DBM).
 
+Private to ``zstores.stores``: the stores hold this lock themselves, below
+the synchronizers of ``zstores.sync``, which build on stores.
+
 A writable ``ZipStore`` or ``DBMStore`` holds an exclusive, non-blocking
 ``flock`` on a file while it is open; a second process that opens the same
 store for writing gets ``StoreLockedError`` at once instead of corrupting it.
@@ -25,7 +28,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["StoreLockedError", "WriterLock", "writer_lock"]
+__all__ = ["WriterLock", "writer_lock"]
 
 # flock errors that mean "this file system cannot lock", not "someone holds it".
 _CANNOT_LOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
