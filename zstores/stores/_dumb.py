@@ -40,6 +40,9 @@ BLOCK = 512
 # The reserve: free bytes kept at the end of .dat, given back on a full disk
 # to write a new index; always at least .dir's size plus this margin.
 _RESERVE_MARGIN = 8 * 1024
+# Room kept for an index line when a write goes ahead without the reserve.
+_LINE_ROOM = 1024
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def is_dumb(db: Any) -> bool:
@@ -141,8 +144,15 @@ class DumbFiles:
         size = len(value)
         position, appended = self._allocate(size)
         end = position + size
-        # The reserve grows with .dir; a write that cannot keep it fails here.
-        self._ensure(max(self._end, _aligned(end)) + self._reserve_needed())
+        # The reserve grows with .dir; a write that cannot keep it fails here,
+        # unless it goes into a gap and a new index still fits (see below).
+        try:
+            self._ensure(max(self._end, _aligned(end)) + self._reserve_needed())
+        except OSError as error:
+            if appended or error.errno not in _FULL or not self._new_index_fits():
+                if not appended:
+                    self._free.append([position, _aligned(end)])  # type: ignore[union-attr]
+                raise
         try:
             _pwrite_all(self._dat, value, position)
             self._append_line(raw, position, size)
@@ -292,6 +302,32 @@ class DumbFiles:
                 pass
             raise
         self._reserve_end = size
+
+    def _new_index_fits(self) -> bool:
+        """Whether a delete could still write its new index without the reserve.
+
+        After deletes on a disk other files filled, the reserve given back
+        for the new index may not fit again, while the deleted values left
+        gaps inside ``.dat``.  A write into such a gap needs no new room
+        (its index line at most a block), so it goes ahead as long as a
+        delete's new index, no larger than ``.dir`` is with this write's
+        line, fits in the free room plus the backup index ``.bak`` (which a
+        delete removes first).
+        """
+        try:
+            stat = os.fstatvfs(self._dat)
+            free = stat.f_bavail * stat.f_frsize
+            block = max(stat.f_frsize, BLOCK)
+            dir_size = os.fstat(self._dir).st_size if self._dir is not None else 0
+            try:
+                backup = os.stat(self._bak_path).st_blocks * 512
+            except FileNotFoundError:
+                backup = 0
+        except OSError:
+            return False
+        # The new index, rounded to whole blocks, and a block for this write's line.
+        needed = -(-(dir_size + _LINE_ROOM) // block) * block + block
+        return free + backup >= needed
 
     def _give_back_reserve(self) -> None:
         os.ftruncate(self._dat, self._end)
