@@ -19,16 +19,15 @@ import errno
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from full_disk import check_acknowledged, check_value, fill_until_full, make_value, small_filesystem
-
 import zstores
 from zstores.errors import StoreFullError
 from zstores.stores._reserve import RESERVE_SUFFIX, free_bytes
+
+from full_disk import check_acknowledged, check_value, fill_until_full, make_value, small_filesystem
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = str(Path(__file__).resolve().parent)
@@ -204,7 +203,7 @@ def scenario_filled_by_the_store(backend: str, folder: str, log: str) -> None:
             store[key] = value
     with open_store(backend, folder, "r") as store:
         check_acknowledged(store, {key: acknowledged[key] for key in kept})
-        for key, value in again.items():
+        for key in again:
             assert check_value(key, store[key]) == 3
         assert not any(key in store for key in doomed)
 
@@ -289,7 +288,7 @@ def python_for(backend: str) -> str:
         if module is None:
             return python
         if os.path.exists(python) and subprocess.run(
-            [python, "-c", f"import {module}"], capture_output=True
+            [python, "-c", f"import {module}"], capture_output=True, check=False
         ).returncode == 0:
             return python
     pytest.skip(f"no Python here has {module}")
@@ -299,7 +298,7 @@ def run_scenario(python: str, call: str) -> None:
     """Run ``call`` (a scenario function call) in a child; fail with its traceback."""
     program = f"import sys; sys.path.insert(0, {TESTS!r})\nimport test_full_disk_open as t\n{call}"
     done = subprocess.run([python, "-c", program], capture_output=True, text=True, timeout=300,
-                          cwd=TESTS)
+                          cwd=TESTS, check=False)
     assert done.returncode == 0, f"{call} failed:\n{done.stdout[-2000:]}\n{done.stderr[-5000:]}"
 
 
@@ -335,9 +334,3 @@ def test_a_failing_scenario_fails(tmp_path):
     with pytest.raises(AssertionError, match="read_all"):
         run_scenario(sys.executable, "t.read_all({}, {'missing': b''})")
 
-
-# A scenario function is called by name from the child; keep them importable.
-SCENARIOS: list[Callable[..., None]] = [
-    scenario_filled_by_another_file, scenario_filled_by_the_store,
-    scenario_sqlite_without_reserve, scenario_lmdb_without_lock_file,
-]

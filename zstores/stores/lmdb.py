@@ -319,7 +319,11 @@ class LMDBStore(Store):
     a delete that finds the disk full releases it and deletes in pieces of
     64 keys, each reusing the pages the pieces before freed; the reserve is
     set aside again from what room is left.  LMDB never gives space back to
-    the file system: deleted pages are reused for new values.  Other py-lmdb
+    the file system: deleted pages are reused for new values.  Opening needs
+    room only for LMDB's lock file, which the store allocates before LMDB
+    maps it (a sparse one on a full disk would kill the process with
+    ``SIGBUS``), from the reserve if the disk is full; without room it
+    raises ``StoreFullError``.  Other py-lmdb
     errors become ``CorruptValueError`` (a damaged or foreign file),
     ``ReadOnlyError`` (permissions, read-only media), ``StoreLockedError`` or
     ``StoreIOError``; no bare ``lmdb.Error`` reaches the caller.

@@ -344,6 +344,15 @@ class SQLiteStore(Store):
     ``StoreLockedError`` (locked beyond ``timeout``), ``ReadOnlyError``,
     ``StoreNotFoundError`` or ``StoreIOError``, each naming the file.
 
+    A full disk does not lock the data away: SQLite cannot open a WAL
+    database, not even to read, without room for its ``-shm`` (32 KiB) and
+    ``-wal``, so when they are missing and the disk is full, opening (any
+    mode) deletes the reserve file to make that room; mode ``"r"`` sets it
+    aside again at ``close()``, a writable store from the room left over.
+    Without a reserve, mode ``"r"`` reads the file ``immutable`` (when no
+    ``-wal`` holds recent commits; see below for what that means) and other
+    modes raise ``StoreFullError`` naming the file and saying to free space.
+
     Mode ``"r"`` leaves no files behind.  With a ``-wal`` present (a writer at
     work) it reads through SQLite's ``-wal`` and ``-shm``.  Otherwise, where
     the folder can be written, the ``-wal``/``-shm`` its reading creates are
