@@ -102,18 +102,21 @@ def build_store(kind: str, folder: Path, args: argparse.Namespace) -> tuple[str,
     if kind == "lmdb":
         url, path = f"lmdb://{folder / 'data.lmdb'}", folder / "data.lmdb"
         store = LMDBStore(path, map_size=1 << 30)
-        reopen = lambda: LMDBStore(path, mode="r")
+        def reopen() -> Any:
+            return LMDBStore(path, mode="r")
     else:
         url, path = f"file://{folder / 'data'}", folder / "data"
         store = DirectoryStore(path)
-        reopen = lambda: DirectoryStore(path, mode="r")
+        def reopen() -> Any:
+            return DirectoryStore(path, mode="r")
     store["big"] = os.urandom(MIB) * (args.size_mib)
     small = os.urandom(args.file_kib << 10)
     for start in range(0, args.files, 500):
         store.setitems({f"small/{i}": small[i % 64:] + small[:i % 64]
                         for i in range(start, min(start + 500, args.files))})
     for start in range(0, args.keys, 10_000):
-        store.setitems({f"many/{i:06d}": b"x" for i in range(start, min(start + 10_000, args.keys))})
+        store.setitems({f"many/{i:06d}": b"x"
+                        for i in range(start, min(start + 10_000, args.keys))})
     write_zarr_array(store)
     store.close()
     return url, reopen
@@ -140,7 +143,8 @@ def mount(url: str, mountpoint: Path, options: tuple[str, ...] = ()) -> None:
 
 
 def unmount(mountpoint: Path) -> None:
-    subprocess.run([*ZFUSE, "unmount", str(mountpoint)], capture_output=True, timeout=120, check=False)
+    subprocess.run([*ZFUSE, "unmount", str(mountpoint)], capture_output=True, timeout=120,
+                   check=False)
 
 
 def serve_anchor(mountpoint: str, files: int, file_kib: int) -> None:
@@ -278,11 +282,11 @@ def cold_and_warm(fresh: Callable[[], AbstractContextManager[Any]],
     warms = [0.0] * len(works)
     for round_ in range(rounds):
         with fresh():
-            for times, work in zip(colds, works):
+            for times, work in zip(colds, works, strict=True):
                 times.append(median_time(work, 1))
             if round_ == 0:
                 warms = [median_time(work, rounds) for work in works]
-    return [(statistics.median(times), warm) for times, warm in zip(colds, warms)]
+    return [(statistics.median(times), warm) for times, warm in zip(colds, warms, strict=True)]
 
 
 def zarr_direct(reopen: Callable[[], Any], rounds: int) -> tuple[float, float]:
@@ -324,13 +328,13 @@ def files_and_zarr(label: str, kind: str, url: str, mountpoint: Path, options: t
         lambda: read_array(zarr.storage.LocalStore(mountpoint, read_only=True)),
     ], args.rounds)
     rows = []
-    for name, seconds, anchor in zip(("cold", "warm"), files, anchor_rates):
+    for name, seconds, anchor in zip(("cold", "warm"), files, anchor_rates, strict=True):
         rate = args.files / seconds
         rows.append(Row(label, f"open/read/close {args.files:,} x {args.file_kib} KiB, "
                         f"{name}, {kind} mount", f"{rate:,.0f} files/s",
                         f"{anchor:,.0f} files/s plain mfusepy", f"{rate / anchor:.2f}x",
                         ">= 5,000 files/s"))
-    for name, via_mount, via_store in zip(("cold", "warm"), array, direct):
+    for name, via_mount, via_store in zip(("cold", "warm"), array, direct, strict=True):
         rows.append(Row(label, f"zarr-python: whole 2048x2048 float32 array "
                         f"(256 chunks), {name}, {kind} mount", f"{via_mount * 1000:,.0f} ms",
                         f"{via_store * 1000:,.0f} ms store directly, {name}",

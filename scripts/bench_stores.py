@@ -61,7 +61,7 @@ def run_worker(python: str, impl: str, backend: str, size: int, count: int,
             workdir = stack.enter_context(tempfile.TemporaryDirectory(dir=ROOT / ".bench"))
         done = subprocess.run(
             [python, str(WORKER), impl, backend, workdir, str(size), str(count)],
-            capture_output=True, text=True, cwd=ROOT, timeout=3600,
+            capture_output=True, text=True, cwd=ROOT, timeout=3600, check=False,
         )
     if done.returncode != 0:
         print(f"  {impl}/{backend}/{size} failed: {done.stderr.strip().splitlines()[-1:]}",
@@ -136,14 +136,15 @@ HEADER = ("| backend | values | op | keys | zstores | zarr 2.18 | raw library | 
 
 def table(medians: dict[tuple, float], rounds: int) -> str:
     lines = [
-        f"Keys per second, median of {rounds} rounds, each round's figure the median of "
-        "the timings in one process: passes on fresh stores while they take under 0.5 s "
-        "(up to 5), each read repeated in a pass while it takes under 0.3 s (up to 15 "
-        "times); ratios are zstores' speed over the other's (above 1.0: zstores is "
-        "faster).  The raw library's `getitems` keeps every value, as a batch read must.  \"zarr 2.18 copying\" is zarr 2's LMDBStore with "
-        "`buffers=False`: its default hands out views of the memory map that outlive the "
-        "transaction (a later write can change them under the reader), which zstores "
-        "refuses to do.",
+        (f"Keys per second, median of {rounds} rounds, each round's figure the median of "
+         "the timings in one process: passes on fresh stores while they take under 0.5 s "
+         "(up to 5), each read repeated in a pass while it takes under 0.3 s (up to 15 "
+         "times); ratios are zstores' speed over the other's (above 1.0: zstores is "
+         "faster).  The raw library's `getitems` keeps every value, as a batch read must.  "
+         "\"zarr 2.18 copying\" is zarr 2's LMDBStore with "
+         "`buffers=False`: its default hands out views of the memory map that outlive the "
+         "transaction (a later write can change them under the reader), which zstores "
+         "refuses to do."),
         "",
         HEADER,
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -159,19 +160,19 @@ def table_rows(medians: dict[tuple, float]) -> list[str]:
         seconds = {impl: medians.get((backend, size, count, op, impl))
                    for impl in [*IMPLS, "zarr2-copy"]}
         rate = {impl: (count / s if s else None) for impl, s in seconds.items()}
-        ours = seconds["zstores"]
-
-        def ratio(other: str) -> str:
-            theirs = seconds[other]
-            return f"{theirs / ours:.2f}x" if ours and theirs else "n/a"
-
         cells = [f"{rate[i]:,.0f}" if rate[i] else "n/a" for i in IMPLS]
-        copying = ratio("zarr2-copy") if backend == "lmdb" else ""
+        copying = ratio(seconds, "zarr2-copy") if backend == "lmdb" else ""
         lines.append(
             f"| {backend} | {size_label(size)} | {op} | {count:,} | {' | '.join(cells)} | "
-            f"{ratio('zarr2')} | {ratio('raw')} | {copying} |"
+            f"{ratio(seconds, 'zarr2')} | {ratio(seconds, 'raw')} | {copying} |"
         )
     return lines
+
+
+def ratio(seconds: dict[str, float | None], other: str) -> str:
+    """zstores' speed over ``other``'s (their seconds over ours), or n/a if either is missing."""
+    ours, theirs = seconds["zstores"], seconds[other]
+    return f"{theirs / ours:.2f}x" if ours and theirs else "n/a"
 
 
 def record(text: str, backends: list[str]) -> None:
@@ -199,7 +200,8 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=BACKENDS, choices=BACKENDS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--zarr2-python", default=str(ROOT / ".venv-zarr2" / "bin" / "python"))
-    parser.add_argument("--record", action="store_true", help="write the table to docs/benchmarks.md")
+    parser.add_argument("--record", action="store_true",
+                        help="write the table to docs/benchmarks.md")
     args = parser.parse_args()
     (ROOT / ".bench").mkdir(exist_ok=True)
     with servers(args.backends):

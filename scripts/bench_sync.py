@@ -19,7 +19,8 @@
 Every figure comes from fresh processes (this script re-run as a worker),
 zarr-python 2.18's in the interpreter named by ``--zarr2-python``; the
 implementations take turns round after round, each round starting with the
-next one, so background load and warm caches favour none.  Tables show medians of the rounds and ratios of medians.
+next one, so background load and warm caches favour none.  Tables show medians of
+the rounds and ratios of medians.
 
     .venv/bin/python scripts/bench_sync.py            # print the tables
     .venv/bin/python scripts/bench_sync.py --record   # and write docs/benchmarks.md
@@ -71,7 +72,9 @@ def make_synchronizer(impl: str, folder: str, redis_url: str | None):
     if impl.startswith("zarr2-"):
         import zarr
 
-        return zarr.ProcessSynchronizer(folder) if impl == "zarr2-process" else zarr.ThreadSynchronizer()
+        if impl == "zarr2-process":
+            return zarr.ProcessSynchronizer(folder)
+        return zarr.ThreadSynchronizer()
     from zstores.sync import ProcessSynchronizer, RedisSynchronizer, ThreadSynchronizer
 
     if impl == "zstores-process":
@@ -95,7 +98,8 @@ def write_worker(impl: str, backend: str, folder: str) -> dict[str, float]:
         for writers in WRITERS:
             target = make_target(impl, backend, Path(folder) / f"w{writers}")
             start_at = time.time() + 0.3
-            arguments = [(target, list(range(w, STRIPES, writers)), start_at) for w in range(writers)]
+            arguments = [(target, list(range(w, STRIPES, writers)), start_at)
+                         for w in range(writers)]
             ends = pool.starmap_async(write_stripes, arguments, chunksize=1).get(1800)
             seconds[str(writers)] = max(ends) - start_at
         pool.close()
@@ -234,7 +238,9 @@ def lock_table(medians: dict[tuple[str, str], float], rounds: int) -> str:
     return "\n".join(lines)
 
 
-def write_table(medians: dict[tuple[str, str, str], float], rounds: int, backends: list[str]) -> str:
+def write_table(
+    medians: dict[tuple[str, str, str], float], rounds: int, backends: list[str]
+) -> str:
     megabytes = STRIPES * WIDTH * 8 / 1e6
     lines = [
         (
@@ -298,8 +304,10 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=BACKENDS, choices=BACKENDS)
     parser.add_argument("--zarr2-python", default=str(ROOT / ".venv-zarr2" / "bin" / "python"))
     parser.add_argument("--redis-url", default=os.environ.get("ZSTORES_TEST_REDIS_URL"),
-                        help="a Redis server for RedisSynchronizer (default $ZSTORES_TEST_REDIS_URL)")
-    parser.add_argument("--record", action="store_true", help="write the tables to docs/benchmarks.md")
+                        help="a Redis server for RedisSynchronizer "
+                             "(default $ZSTORES_TEST_REDIS_URL)")
+    parser.add_argument("--record", action="store_true",
+                        help="write the tables to docs/benchmarks.md")
     args = parser.parse_args()
     text = "\n\n".join([
         "### Synchronizers (`scripts/bench_sync.py`)",

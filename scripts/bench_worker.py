@@ -13,10 +13,11 @@ next write may overwrite) or ``raw``
 ``{operation: seconds}`` on stdout.  Operations: ``set`` and ``get`` (COUNT
 single-key calls), ``setitems`` and ``getitems`` (one batch call of COUNT
 keys), ``listdir`` (listing a prefix of COUNT keys).  VALUE_SIZE 1 selects the
-many-tiny-keys figure: only ``listdir``, on COUNT keys written beforehand.  The network backends ``redis`` and ``mongodb`` talk
-to the servers named by ``ZSTORES_TEST_REDIS_URL`` / ``ZSTORES_TEST_MONGODB_URL``
-(``bench_stores.py`` starts them with ``scripts/services`` when unset), each run
-under its own prefix or database, removed afterwards.
+many-tiny-keys figure: only ``listdir``, on COUNT keys written beforehand.  The
+network backends ``redis`` and ``mongodb`` talk to the servers named by
+``ZSTORES_TEST_REDIS_URL`` / ``ZSTORES_TEST_MONGODB_URL`` (``bench_stores.py``
+starts them with ``scripts/services`` when unset), each run under its own prefix
+or database, removed afterwards.
 
 Each run makes passes, each on a fresh store of its own that is deleted
 afterwards (untimed, with the disk synced before the next): ``set``, ``get``,
@@ -182,7 +183,8 @@ def open_zarr2_network(backend: str, path: str):
     if backend == "redis":
         import redis
 
-        return zs.RedisStore(prefix=namespace(path), **redis.connection.parse_url(server_url(backend)))
+        options = redis.connection.parse_url(server_url(backend))
+        return zs.RedisStore(prefix=namespace(path), **options)
     return zs.MongoDBStore(database=namespace(path), collection="zarr", host=server_url(backend))
 
 
@@ -216,7 +218,8 @@ def listing_of_tiny_keys(impl: str, backend: str, path: str, keys: list[str]) ->
         populated.touch()
     if impl == "raw":
         return {"listdir": RAW_LISTING[backend](path)}
-    store = open_zstores(backend, path, "r") if impl == "zstores" else open_zarr2(backend, path, "r")
+    open_impl = open_zstores if impl == "zstores" else open_zarr2
+    store = open_impl(backend, path, "r")
     seconds = median_read(lambda: store.listdir("m"))
     assert len(store.listdir("m")) == len(keys)
     with contextlib.suppress(AttributeError):
@@ -395,26 +398,25 @@ def raw_zip(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
 def raw_dbm(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
     import dbm.dumb
 
-    db = dbm.dumb.open(path + ".dbm", "n")
+    with dbm.dumb.open(path + ".dbm", "n") as db:
 
-    def write(folder):
-        for key in keys:
-            db[f"{folder}/{key}"] = value
+        def write(folder):
+            for key in keys:
+                db[f"{folder}/{key}"] = value
 
-    def read(folder, found=None):
-        for key in keys:
-            value = db[f"{folder}/{key}"]
-            if found is not None:
-                found[key] = value
+        def read(folder, found=None):
+            for key in keys:
+                value = db[f"{folder}/{key}"]
+                if found is not None:
+                    found[key] = value
 
-    yield Operations(
-        set=lambda: write("s"),
-        get=lambda: read("s"),
-        setitems=lambda: write("m"),
-        getitems=lambda: read("m", {}),  # keeps every value, as getitems does
-        listdir=lambda: sorted(k for k in db.keys() if k.startswith(b"m/")),
-    )
-    db.close()
+        yield Operations(
+            set=lambda: write("s"),
+            get=lambda: read("s"),
+            setitems=lambda: write("m"),
+            getitems=lambda: read("m", {}),  # keeps every value, as getitems does
+            listdir=lambda: sorted(k for k in db.keys() if k.startswith(b"m/")),
+        )
 
 
 @contextlib.contextmanager
@@ -542,8 +544,8 @@ def raw_listing_zip(path: str) -> float:
 def raw_listing_dbm(path: str) -> float:
     import dbm.dumb
 
-    db = dbm.dumb.open(path + ".dbm", "r")
-    return median_read(lambda: sorted(k for k in db.keys() if k.startswith(b"m/")))
+    with dbm.dumb.open(path + ".dbm", "r") as db:
+        return median_read(lambda: sorted(k for k in db.keys() if k.startswith(b"m/")))
 
 
 RAW_LISTING = {

@@ -121,13 +121,22 @@ def array_figures(make: Callable[[Path], Any], folder: Path, data: np.ndarray) -
         check_same(store, back, data)
         back[:] = 0  # the same (touched) pages receive the next read
         out = cpu.NDBuffer.from_numpy_array(back)
-        seconds, _ = timed(lambda: reader.get_basic_selection(slice(None), out=out))
+        seconds, _ = timed(read_into, reader, out)
         figures[f"read {count} chunks into an existing array"] = data.nbytes / seconds
         check_same(store, back, data)
         del back, out
         store.close()
         shutil.rmtree(case, ignore_errors=True)
     return figures
+
+
+def read_into(reader: Any, out: Any) -> Any:
+    """Read all of ``reader`` into the existing buffer ``out`` (no fresh output array).
+
+    A function of its arguments rather than a lambda over the loop's ``reader`` and
+    ``out``, which the loop then deletes: the call cannot see another round's objects.
+    """
+    return reader.get_basic_selection(slice(None), out=out)
 
 
 def check_same(store: Any, back: np.ndarray, data: np.ndarray) -> None:
@@ -200,7 +209,8 @@ def url_figures(impl: str, folder: Path, data: np.ndarray) -> dict[str, float]:
         warm = zarr.create_array(target, shape=(64,), chunks=(8,), dtype=data.dtype, zarr_format=3)
         warm[:] = data[:64]
         release(warm)
-        release(zarr.open_array(url if way == "URL string" else zarr_store(url, mode="r"), mode="r"))
+        source = url if way == "URL string" else zarr_store(url, mode="r")
+        release(zarr.open_array(source, mode="r"))
     figures = {}
     for count in CHUNK_COUNTS:
         chunk = data.size // count
@@ -299,7 +309,8 @@ def print_samples(samples: dict[tuple[str, str], list[float]], impls: list[str])
     for figure in figures:
         scale = 1 if figure.startswith(("set", "get")) else 1 << 20
         if "|" in figure:  # a URL-string figure: one implementation measured two ways
-            cells = [f"{name} " + "/".join(f"{speed / scale:.0f}" for speed in samples[figure, name])
+            cells = [f"{name} "
+                     + "/".join(f"{speed / scale:.0f}" for speed in samples[figure, name])
                      for name in impls if (figure, name) in samples]
             print(f"  {figure.replace('|', ' by ')}: " + ", ".join(cells), file=sys.stderr)
             continue

@@ -98,7 +98,8 @@ def stripes_lost(pool, backend: str, writers: int, per_writer: int, repeats: int
             store = open_store(backend, Path(folder))
             array = new_array(store, stripes * WIDTH, -1)
             target = array if synchronizer is None else synchronized(array, synchronizer)
-            run(pool, write_stripes, [(target, list(range(w, stripes, writers)),) for w in range(writers)])
+            run(pool, write_stripes,
+                [(target, list(range(w, stripes, writers))) for w in range(writers)])
             wrong += int(np.count_nonzero(array[:] != np.arange(stripes * WIDTH)))
             store.close()
     return wrong, repeats * stripes * WIDTH
@@ -124,12 +125,14 @@ def increments_lost(pool, backend: str, writers: int, rounds: int, synchronizer)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--writers", type=int, default=min(4, os.cpu_count() or 2),
                         help="writer processes (default: the cores, at most 4)")
     parser.add_argument("--backend", choices=["directory", "lmdb", "sqlite"], default="directory")
     parser.add_argument("--stripes", type=int, default=100, help="stripes per writer (default 100)")
-    parser.add_argument("--repeats", type=int, default=5, help="arrays the stripes go to (default 5)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="arrays the stripes go to (default 5)")
     parser.add_argument("--rounds", type=int, default=40, help="increments per writer (default 40)")
     args = parser.parse_args(argv)
 
@@ -138,17 +141,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as locks, \
             multiprocessing.get_context("spawn").Pool(args.writers) as pool:
         sync = ProcessSynchronizer(locks, timeout=600)
+        cases = [("without a synchronizer", None), ("with ProcessSynchronizer", sync)]
         print(f"{args.writers} spawned writer processes, zarr-python 3 array on {args.backend}, "
               f"chunks of {CHUNK}")
         print(f"\nstripes: each process writes {args.stripes} disjoint {WIDTH}-element stripes "
               f"once, into {args.repeats} fresh arrays in turn")
-        for label, synchronizer in [("without a synchronizer", None), ("with ProcessSynchronizer", sync)]:
+        for label, synchronizer in cases:
             lost, total = stripes_lost(pool, args.backend, args.writers, args.stripes,
                                        args.repeats, synchronizer)
             print(f"  {label:26s} {lost:>9,} of {total:,} elements lost")
         print(f"\nincrements: each process adds 1 to an overlapping region {args.rounds} times")
-        for label, synchronizer in [("without a synchronizer", None), ("with ProcessSynchronizer", sync)]:
-            lost, total = increments_lost(pool, args.backend, args.writers, args.rounds, synchronizer)
+        for label, synchronizer in cases:
+            lost, total = increments_lost(pool, args.backend, args.writers, args.rounds,
+                                          synchronizer)
             print(f"  {label:26s} {lost:>9,} of {total:,} element increments lost")
         pool.close()
         pool.join()

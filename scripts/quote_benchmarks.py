@@ -30,7 +30,8 @@ def rows_of(text: str, first_header: str) -> list[dict[str, str]]:
         if header is None:
             header = cells if cells[0] == first_header else []
         elif header and not set(line) <= set("|-: "):
-            rows.append(dict(zip(header, cells)))
+            # strict: a row whose cells do not match the header is a broken table
+            rows.append(dict(zip(header, cells, strict=True)))
     return rows
 
 

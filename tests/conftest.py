@@ -1,4 +1,4 @@
-"""Shared fixtures: peers (zarr-python 2.18 in its own virtual environment).
+"""Shared fixtures: peers (zarr-python 2.18 in its own virtual environment), servers.
 
 The README's test command sets ``ZSTORES_REQUIRE_PEERS=1``: then a missing
 peer fails the test instead of skipping it, so CI cannot pass without them.
@@ -14,6 +14,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+# The helper modules that define fixtures, registered as plugins so a test names
+# their fixtures (small_fs, private_redis, private_mongodb, mountpoint ...) as
+# arguments without importing them: an imported fixture is an unused import that
+# the argument then redefines (pyflakes F811), and a module importing it registers
+# a second copy.  Python imports each module once; a test module's own
+# ``from full_disk import make_value`` gets the same module object.
+pytest_plugins = ["full_disk", "servers", "fuse_helpers"]
 
 REQUIRE_PEERS = os.environ.get("ZSTORES_REQUIRE_PEERS") == "1"
 
@@ -47,7 +55,9 @@ def mongodb_url() -> str:
     """The test command's MongoDB-protocol server (ZSTORES_TEST_MONGODB_URL), checked to answer."""
     url = os.environ.get("ZSTORES_TEST_MONGODB_URL")
     if not url:
-        missing_peer("ZSTORES_TEST_MONGODB_URL is not set: no MongoDB server (see scripts/services)")
+        missing_peer(
+            "ZSTORES_TEST_MONGODB_URL is not set: no MongoDB server (see scripts/services)"
+        )
     import pymongo
 
     from zstores.urls import redact_url
@@ -83,6 +93,7 @@ class Zarr2:
             capture_output=True,
             text=True,
             timeout=300,
+            check=False,  # a failure is reported below with zarr 2's output
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
         )
         if done.returncode != 0:
@@ -97,7 +108,8 @@ def zarr2() -> Zarr2:
     if not python:
         missing_peer("ZSTORES_ZARR2_PYTHON is not set: no zarr-python 2.18 environment")
     check = subprocess.run(
-        [python, "-c", "import zarr; print(zarr.__version__)"], capture_output=True, text=True
+        [python, "-c", "import zarr; print(zarr.__version__)"],
+        capture_output=True, text=True, check=False,
     )
     if check.returncode != 0 or not check.stdout.startswith("2.18"):
         missing_peer(f"{python} has no zarr-python 2.18: {check.stdout}{check.stderr}")
@@ -105,4 +117,5 @@ def zarr2() -> Zarr2:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"zstores peers: ZSTORES_ZARR2_PYTHON={os.environ.get('ZSTORES_ZARR2_PYTHON')!r}, python {sys.version.split()[0]}"
+    zarr2 = os.environ.get("ZSTORES_ZARR2_PYTHON")
+    return f"zstores peers: ZSTORES_ZARR2_PYTHON={zarr2!r}, python {sys.version.split()[0]}"

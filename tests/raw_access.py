@@ -123,7 +123,8 @@ if operation == "get":
     sys.stdout.buffer.write(b"0" if value is None else b"1" + bytes(value))
 else:
     value = sys.stdin.buffer.read()
-    env = lmdb.open(path, subdir=subdir, map_size=os.path.getsize(data) + 2 * len(value) + (1 << 20))
+    map_size = os.path.getsize(data) + 2 * len(value) + (1 << 20)
+    env = lmdb.open(path, subdir=subdir, map_size=map_size)
     with env.begin(write=True) as txn:
         txn.put(key, value)
 env.close()
@@ -179,7 +180,10 @@ def directory_set(store: Store, key: str, value: bytes) -> None:
 
 # ------------------------------------------------- hooks for test classes
 def backend_of(store: Store) -> Store:
-    """The innermost store under wrappers (LRUStoreCache, ConsolidatedStore): its backend holds the bytes."""
+    """The innermost store under wrappers (LRUStoreCache, ConsolidatedStore).
+
+    Its backend holds the bytes.
+    """
     while isinstance(getattr(store, "store", None), Store):
         store = store.store  # type: ignore[attr-defined]
     return store
@@ -259,10 +263,13 @@ def mongodb_get(url: str, store: Store, key: str) -> bytes | None:
             return None
         if "parts" not in doc:
             return bytes(doc["value"])
-        found = sorted((part["n"], bytes(part["data"])) for part in parts.find({"version": doc["parts"]}))
-        assert [n for n, _ in found] == list(range(len(found))), f"parts of {key!r} missing: {found}"
+        found = sorted((part["n"], bytes(part["data"]))
+                       for part in parts.find({"version": doc["parts"]}))
+        numbers = [n for n, _ in found]
+        assert numbers == list(range(len(found))), f"parts of {key!r} missing: {found}"
         value = b"".join(data for _, data in found)
-        assert len(value) == doc["size"], f"{key!r}: size {doc['size']} but parts of {len(value)} bytes"
+        assert len(value) == doc["size"], (
+            f"{key!r}: size {doc['size']} but parts of {len(value)} bytes")
         return value
 
 
@@ -276,6 +283,9 @@ def mongodb_set(url: str, store: Store, key: str, value: bytes) -> None:
             docs.replace_one({"key": key}, {"key": key, "value": Binary(value)}, upsert=True)
             return
         version = "raw-" + uuid.uuid4().hex
-        parts.insert_many({"version": version, "n": n, "data": Binary(value[start:start + _MONGO_PART_SIZE])}
-                          for n, start in enumerate(range(0, len(value), _MONGO_PART_SIZE)))
-        docs.replace_one({"key": key}, {"key": key, "parts": version, "size": len(value)}, upsert=True)
+        starts = range(0, len(value), _MONGO_PART_SIZE)
+        parts.insert_many(
+            {"version": version, "n": n, "data": Binary(value[start:start + _MONGO_PART_SIZE])}
+            for n, start in enumerate(starts))
+        document = {"key": key, "parts": version, "size": len(value)}
+        docs.replace_one({"key": key}, document, upsert=True)

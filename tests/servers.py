@@ -9,9 +9,8 @@ answers a real command (PING / ``ping``), not merely once its port accepts.
 
 Examples
 --------
-In a test module::
-
-    from servers import private_redis  # noqa: F401 - a fixture
+In a test module (tests/conftest.py registers this module as a plugin, so its
+fixtures need no import)::
 
     def test_restart(private_redis):
         server = private_redis("--requirepass", "pw")
@@ -38,6 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from conftest import missing_peer
 
 #: How long a server may take to answer after it was started.
@@ -134,13 +134,17 @@ class RedisServer(_Server):
         return f"{scheme}://{auth}127.0.0.1:{self.port}/0"
 
     def command(self) -> list[str]:
-        ports = ["--port", "0", "--tls-port", str(self.port)] if self.tls else ["--port", str(self.port)]
+        if self.tls:
+            ports = ["--port", "0", "--tls-port", str(self.port)]
+        else:
+            ports = ["--port", str(self.port)]
         return [self.binary, "--bind", "127.0.0.1", *ports, "--save", "", "--appendonly", "no",
                 "--dir", str(self.folder), *self.options]
 
     def answers(self) -> bool:
         if self.tls:  # a TLS handshake needs the test's CA: an accepting port will do
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 1):
+            with contextlib.suppress(OSError), \
+                    socket.create_connection(("127.0.0.1", self.port), 1):
                 return True
             return False
         try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+
 from conftest import missing_peer
 from zarr2_suite.backends import ALL, missing_server
 
@@ -25,8 +26,8 @@ _NESTED_SEPARATOR = "NestedDirectoryStore declares dimension_separator '/' for e
 DECLARED_SKIPS = {
     "nested": {_NESTED_SEPARATOR},
     # zarr 2's own TestNestedDirectoryStore and TestZipStore, over the adapter
-    "nested_own": {_NESTED_SEPARATOR, "a key over a folder or below a key is a "
-                   "KeyConflictError"},
+    "nested_own": {_NESTED_SEPARATOR,
+                   "a key over a folder or below a key is a KeyConflictError"},
     "zip_own": {"ZipStore supports deletes", "a key ending in '/' is normalized"},
 }
 # Tests of zarr 2's own store classes that must pass through the adapter.

@@ -11,18 +11,19 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
-from conftest import missing_peer
 from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.core.buffer import cpu, default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.testing.store import StoreTests
-from zarr2_suite.backends import ALL, backend_url, missing_server
 
 import zstores
 from zstores.adapters import zarr_store
 from zstores.adapters.zarr3 import ZarrStore, is_blocking
 from zstores.errors import StoreClosedError
 from zstores.urls import open_store
+
+from conftest import missing_peer
+from zarr2_suite.backends import ALL, backend_url, missing_server
 
 
 def run_async_tests(cls: type) -> type:

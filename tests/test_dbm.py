@@ -14,6 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from zstores.errors import CorruptValueError, StoreFullError
+from zstores.stores._dumb import DumbFiles
+from zstores.stores.dbm import DBMStore
+from zstores.testing import StoreTests
+
 from full_disk import (
     check_acknowledged,
     check_value,
@@ -23,10 +28,6 @@ from full_disk import (
     small_filesystem,
 )
 from raw_access import dbm_get, dbm_set
-from zstores.errors import CorruptValueError, StoreFullError
-from zstores.stores._dumb import DumbFiles
-from zstores.stores.dbm import DBMStore
-from zstores.testing import StoreTests
 
 PYTHON_313 = "/root/.pyenv/versions/3.13.0/bin/python"
 ROOT = Path(__file__).resolve().parents[1]
@@ -261,7 +262,7 @@ print(json.dumps(out))
 def test_python313_dbm_sqlite3(tmp_path):
     done = subprocess.run(
         [PYTHON_313, "-c", SQLITE3_SCRIPT, str(ROOT), str(tmp_path / "db.sqlite")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, check=False,
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
@@ -549,7 +550,7 @@ def test_python313_dbm_sqlite3_full_disk_is_typed(tmp_path):
         done = subprocess.run(
             [PYTHON_313, "-c", SQLITE3_FULL_SCRIPT, str(ROOT), str(fs / "db.sqlite"),
              str(fs / "ballast")],
-            capture_output=True, text=True, timeout=300,
+            capture_output=True, text=True, timeout=300, check=False,
         )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
@@ -595,7 +596,8 @@ def test_gnu_and_ndbm_full_disk_errors_are_typed(flavour):
         pytest.skip(f"no Python with {flavour} at {python}")
     with small_filesystem(16, "tmpfs") as fs:
         done = subprocess.run([python, "-c", FLAVOUR_FULL_SCRIPT, flavour, str(fs / "db")],
-                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+                              capture_output=True, text=True, cwd=ROOT, timeout=300,
+                              check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.splitlines()[-1])
     assert "zstores.errors.StoreFullError" in out["error"], out

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from conftest import missing_peer
 
 from zstores.testing import StoreTests
+
+from conftest import missing_peer
 
 ROOT = Path(__file__).resolve().parents[1]
 #: flavour -> the harness class of tests/test_dbm.py that runs it.

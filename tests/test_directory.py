@@ -16,13 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from full_disk import (
-    check_acknowledged,
-    delete_half_and_refill,
-    fill_until_full,
-    make_value,
-    small_filesystem,
-)
 
 from zstores.errors import (
     InvalidKeyError,
@@ -35,6 +28,14 @@ from zstores.keys import is_chunk_key_segment
 from zstores.stores import directory
 from zstores.stores.directory import DirectoryStore, NestedDirectoryStore
 from zstores.testing import StoreTests
+
+from full_disk import (
+    check_acknowledged,
+    delete_half_and_refill,
+    fill_until_full,
+    make_value,
+    small_filesystem,
+)
 
 STORES = [DirectoryStore, NestedDirectoryStore]
 TEMP_NAME = re.compile(r"\.zstores-tmp\.[0-9a-f]{32}")
@@ -121,7 +122,7 @@ def test_keys_are_files_at_their_paths(cls, root: Path) -> None:
         store[key] = key.encode()
     mapped = [nested(key) for key in keys] if cls is NestedDirectoryStore else keys
     assert sorted(store) == sorted(mapped)
-    for key, path in zip(keys, mapped):
+    for key, path in zip(keys, mapped, strict=True):
         assert (root / path).read_bytes() == key.encode()
     if cls is NestedDirectoryStore:
         assert (root / "arr/1/2").is_file() and (root / "g/h/0/0/0").is_file()
@@ -705,10 +706,12 @@ def zarr3_encode(separator: str) -> dict[str, bytes]:
 
 
 def test_reads_what_zarr2_wrote(zarr2, cls, root: Path) -> None:
-    written = zarr2.run(ZARR2_WRITE, store_class=ZARR2_STORE[cls], path=str(root), strip_separator=False)
+    written = zarr2.run(ZARR2_WRITE, store_class=ZARR2_STORE[cls], path=str(root),
+                        strip_separator=False)
     expected = {key: base64.b64decode(value) for key, value in written.items()}
-    assert any(key.startswith("sub/arr/") and key.count("/") == (3 if cls is NestedDirectoryStore else 2)
-               and key[-1].isdigit() for key in expected)
+    depth = 3 if cls is NestedDirectoryStore else 2
+    assert any(key.startswith("sub/arr/") and key.count("/") == depth and key[-1].isdigit()
+               for key in expected)
     with cls(root, mode="r") as store:
         assert dict(store.items()) == expected
         assert len(store) == len(expected)
@@ -723,7 +726,8 @@ def test_reads_zarr2_nested_array_without_dimension_separator(zarr2, root: Path)
     with NestedDirectoryStore(root, mode="r") as store:
         assert "dimension_separator" not in json.loads(store["sub/arr/.zarray"])
         dotted = {key: store[key] for key in (".zgroup", "sub/arr/.zarray")}
-        dotted.update({f"sub/arr/{i}.{j}": store[f"sub/arr/{i}.{j}"] for i in range(3) for j in range(3)})
+        dotted.update({f"sub/arr/{i}.{j}": store[f"sub/arr/{i}.{j}"]
+                       for i in range(3) for j in range(3)})
     np.testing.assert_array_equal(zarr3_decode(dotted, "sub/arr"), EXPECTED)
 
 

@@ -54,12 +54,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import missing_peer
-from fuse_helpers import no_mount_left_behind, require_fuse, zfuse_mounts
 
 import zstores
 
-__all__ = ["no_mount_left_behind"]
+from conftest import missing_peer
+from fuse_helpers import require_fuse, zfuse_mounts
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -346,8 +345,8 @@ def check_console(block: Block, code: str, cwd: Path) -> list[str]:
 def check_script(block: Block, code: str, cwd: Path) -> list[str]:
     done = run_shell("set -euo pipefail\n" + code, cwd)
     if done.returncode != 0:
-        return [f"{block.where}: the script exited {done.returncode}:\n"
-                f"{done.stdout}{done.stderr}"]
+        return [(f"{block.where}: the script exited {done.returncode}:\n"
+                 f"{done.stdout}{done.stderr}")]
     return []
 
 
@@ -541,7 +540,9 @@ def table_rows(page: Path, first_header: str, *headers: str) -> list[dict[str, s
             for row in lines[index + 2:]:
                 if not row.startswith("|"):
                     break
-                rows.append(dict(zip(cells, (c.strip() for c in row.strip().strip("|").split("|")))))
+                values = [cell.strip() for cell in row.strip().strip("|").split("|")]
+                # strict: a row with more or fewer cells than the header is a broken table
+                rows.append(dict(zip(cells, values, strict=True)))
             return rows
     raise AssertionError(f"no table headed {first_header!r} with {headers} in {page.name}")
 

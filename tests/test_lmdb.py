@@ -16,17 +16,6 @@ from pathlib import Path
 import lmdb
 import numpy as np
 import pytest
-from conftest import missing_peer
-from full_disk import (
-    check_acknowledged,
-    delete_half_and_refill,
-    fill_until_full,
-    make_value,
-    small_filesystem,
-    small_fs,  # noqa: F401  (a fixture)
-)
-from raw_access import lmdb_get, lmdb_set
-from zarr2_roundtrip import check_reads_what_zarr2_wrote, check_zarr2_reads_what_we_wrote
 
 from zstores.errors import (
     CorruptValueError,
@@ -39,6 +28,17 @@ from zstores.stores import lmdb as lmdb_module
 from zstores.stores.lmdb import LMDBStore, _Gate
 from zstores.testing import StoreTests
 from zstores.testing.workers import value_for, write_keys
+
+from conftest import missing_peer
+from full_disk import (
+    check_acknowledged,
+    delete_half_and_refill,
+    fill_until_full,
+    make_value,
+    small_filesystem,
+)
+from raw_access import lmdb_get, lmdb_set
+from zarr2_roundtrip import check_reads_what_zarr2_wrote, check_zarr2_reads_what_we_wrote
 
 KiB, MiB = 1 << 10, 1 << 20
 

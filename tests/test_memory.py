@@ -1,7 +1,7 @@
-from raw_access import memory_get, memory_set
-
 from zstores import MemoryStore
 from zstores.testing import StoreTests
+
+from raw_access import memory_get, memory_set
 
 
 class TestMemoryStore(StoreTests):

@@ -1,4 +1,4 @@
-"""A plain ``pip install zstores`` (no extras): each missing extra is one line saying what to install.
+"""A plain ``pip install zstores`` (no extras): a missing extra says in one line what to install.
 
 The environment ``.venv-plain`` holds zstores with its required dependencies
 only (numpy, numcodecs, lmdb, tqdm): no zarr, mfusepy, fasteners, redis or
@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from conftest import missing_peer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,8 +70,8 @@ def _install() -> None:
     STAMP.write_text(current)
     present = subprocess.run(
         [str(VENV / "bin" / "python"), "-c",
-         "import importlib.util as u, sys; "
-         "print(' '.join(n for n in sys.argv[1:] if u.find_spec(n)))", *EXTRAS],
+         ("import importlib.util as u, sys; "
+          "print(' '.join(n for n in sys.argv[1:] if u.find_spec(n)))"), *EXTRAS],
         capture_output=True, text=True, timeout=60, check=True).stdout.split()
     assert not present, f"{VENV} is not a plain install: it has {present}"
 

@@ -14,10 +14,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from raw_access import MemoryRawHooks
 
 from zstores import MemoryStore
 from zstores.testing import StoreTests
+
+from raw_access import MemoryRawHooks
 
 TESTS = Path(__file__).resolve().parent
 
@@ -117,9 +118,11 @@ def run(harness: StoreTests, test_name: str, tmp_path: Path) -> None:
 
 RAW_TESTS = sorted(name for name in dir(StoreTests) if name.startswith("test_raw_"))
 WRONG = {
-    ReversingStore: {"test_raw_values_set_are_stored_byte_for_byte", "test_raw_written_values_are_read_by_the_store",
+    ReversingStore: {"test_raw_values_set_are_stored_byte_for_byte",
+                     "test_raw_written_values_are_read_by_the_store",
                      "test_raw_key_layout", "test_raw_value_over_16_mib"},
-    RenamingStore: {"test_raw_values_set_are_stored_byte_for_byte", "test_raw_written_values_are_read_by_the_store",
+    RenamingStore: {"test_raw_values_set_are_stored_byte_for_byte",
+                    "test_raw_written_values_are_read_by_the_store",
                     "test_raw_key_layout", "test_raw_overwrites_and_deletes_reach_the_backend",
                     "test_raw_value_over_16_mib"},
     HidingStore: {"test_raw_overwrites_and_deletes_reach_the_backend"},
@@ -139,8 +142,9 @@ def test_raw_tests_fail_for_a_store_that_stores_the_wrong_thing(store_class, tes
 @pytest.mark.parametrize("store_class", list(WRONG), ids=lambda cls: cls.__name__)
 def test_the_wrong_stores_pass_the_self_consistent_tests(store_class, tmp_path):
     harness = harness_for(store_class)
-    for name in ["test_iteration_and_len", "test_bytes_like_values", "test_get_range", "test_listdir",
-                 "test_getsize", "test_rmdir", "test_getitems", "test_setitems_and_delitems"]:
+    for name in ["test_iteration_and_len", "test_bytes_like_values", "test_get_range",
+                 "test_listdir", "test_getsize", "test_rmdir", "test_getitems",
+                 "test_setitems_and_delitems"]:
         run(harness, name, tmp_path)
 
 
@@ -173,8 +177,8 @@ def harness_classes() -> list[tuple[str, type]]:
             continue
         module = importlib.import_module(path.stem)
         for name, value in vars(module).items():
-            if (inspect.isclass(value) and issubclass(value, StoreTests) and value.__module__ == path.stem
-                    and name.startswith("Test")):
+            if (inspect.isclass(value) and issubclass(value, StoreTests)
+                    and value.__module__ == path.stem and name.startswith("Test")):
                 found.append((f"{path.stem}.{name}", value))
     return found
 
@@ -186,5 +190,6 @@ def test_every_backend_harness_class_provides_the_raw_hooks():
             "test_redis", "test_mongodb", "test_cache", "test_consolidated"} <= modules, modules
     missing = [name for name, cls in classes
                if name.partition(".")[0] not in PENDING
-               and any(getattr(cls, hook) is getattr(StoreTests, hook) for hook in ("raw_get", "raw_set"))]
+               and any(getattr(cls, hook) is getattr(StoreTests, hook)
+                       for hook in ("raw_get", "raw_set"))]
     assert not missing, f"harness classes without raw_get/raw_set: {missing}"

@@ -19,6 +19,11 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
+
+import zstores
+from zstores.adapters import zarr_store
+from zstores.urls import open_store
+
 from conftest import missing_peer
 from zarr2_suite.backends import ALL, backend_url, missing_server
 from zarr2_suite.roundtrip_data import (
@@ -33,10 +38,6 @@ from zarr2_suite.roundtrip_data import (
     summary_of,
     values_of,
 )
-
-import zstores
-from zstores.adapters import zarr_store
-from zstores.urls import open_store
 
 # What tensorstore reads of Zarr format 2: no filters (it has none) and no byte
 # strings (its "char" arrays do not convert to numpy).

@@ -15,17 +15,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import missing_peer
-from full_disk import (
-    check_acknowledged,
-    delete_half_and_refill,
-    fill_until_full,
-    make_value,
-    small_filesystem,
-    small_fs,  # noqa: F401  (a fixture)
-)
-from raw_access import sqlite_get, sqlite_set
-from zarr2_roundtrip import check_reads_what_zarr2_wrote, check_zarr2_reads_what_we_wrote
 
 from zstores.errors import (
     CorruptValueError,
@@ -38,6 +27,17 @@ from zstores.errors import (
 from zstores.stores import sqlite as sqlite_module
 from zstores.stores.sqlite import SQLiteStore
 from zstores.testing import StoreTests
+
+from conftest import missing_peer
+from full_disk import (
+    check_acknowledged,
+    delete_half_and_refill,
+    fill_until_full,
+    make_value,
+    small_filesystem,
+)
+from raw_access import sqlite_get, sqlite_set
+from zarr2_roundtrip import check_reads_what_zarr2_wrote, check_zarr2_reads_what_we_wrote
 
 
 class TestSQLiteStore(StoreTests):
@@ -312,7 +312,8 @@ def test_rmdir_treats_wildcard_names_literally(tmp_path):
 
 # ------------------------------------------------ zarr-python 2 compatibility
 def test_reads_what_zarr2_wrote(tmp_path, zarr2):
-    check_reads_what_zarr2_wrote(zarr2, tmp_path / "z2.sqlite", "zarr.SQLiteStore(path)", SQLiteStore)
+    check_reads_what_zarr2_wrote(zarr2, tmp_path / "z2.sqlite", "zarr.SQLiteStore(path)",
+                                 SQLiteStore)
 
 
 def test_zarr2_reads_what_we_wrote(tmp_path, zarr2):

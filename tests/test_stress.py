@@ -40,9 +40,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from full_disk import check_value, make_value
 
 import zstores
+
+from full_disk import check_value, make_value
 
 PROCESSES = 4
 THREADS = 2
@@ -237,7 +238,7 @@ def worker_main(kind: str, where: str, process: int, log_path: str, seconds: flo
     def run(worker: Worker) -> None:
         try:
             worker.run()
-        except BaseException as error:  # noqa: BLE001 - reported by the process
+        except BaseException as error:  # reported by the process, then re-raised
             failures.append(error)
             raise
 

@@ -19,14 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fuse_helpers import mountpoint, no_mount_left_behind
 
 from zstores import Store
 from zstores.errors import UnsafePathError
 from zstores.stores import directory
 from zstores.stores.directory import DirectoryStore, NestedDirectoryStore
-
-__all__ = ["mountpoint", "no_mount_left_behind"]
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -114,7 +114,8 @@ def test_zarr_memory_url_is_still_zarrs_own():
 def test_plain_paths_stay_zarrs_local_store(tmp_path):
     array = zarr.create_array(str(tmp_path / "plain.lmdb"), shape=(2,), dtype="i1")
     assert type(array.store).__name__ == "LocalStore"
-    assert os.path.isdir(tmp_path / "plain.lmdb") and (tmp_path / "plain.lmdb" / "zarr.json").exists()
+    assert os.path.isdir(tmp_path / "plain.lmdb")
+    assert (tmp_path / "plain.lmdb" / "zarr.json").exists()
 
 
 # --------------------------------------------------------------------- zarr

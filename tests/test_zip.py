@@ -8,6 +8,10 @@ import zipfile
 import numpy as np
 import pytest
 
+from zstores.errors import CorruptValueError, StoreFullError
+from zstores.stores.zip import ZipStore
+from zstores.testing import StoreTests
+
 from full_disk import (
     check_acknowledged,
     check_value,
@@ -15,12 +19,8 @@ from full_disk import (
     fill_until_full,
     make_value,
     small_filesystem,
-    small_fs,  # noqa: F401 - a fixture
 )
 from raw_access import zip_get, zip_set
-from zstores.errors import CorruptValueError, StoreFullError
-from zstores.stores.zip import ZipStore
-from zstores.testing import StoreTests
 
 
 class TestZipStore(StoreTests):
@@ -250,7 +250,8 @@ store.close()
 with zipfile.ZipFile(path) as archive:
     result = {
         "names": archive.namelist(),
-        "latest": {name: base64.b64encode(archive.read(name)).decode() for name in archive.namelist()},
+        "latest": {name: base64.b64encode(archive.read(name)).decode()
+                   for name in archive.namelist()},
         "infos": sorted({
             (info.compress_type, info.external_attr, info.create_system)
             for info in archive.infolist()
@@ -301,7 +302,8 @@ def test_reads_zarr2_zipstore(tmp_path, zarr2, compression):
         got = dict(store.items())
         assert got == expected
         assert store.listdir() == [".zattrs", ".zgroup", "sub"]
-        assert store.listdir("sub/arr") == sorted(k.split("/")[-1] for k in expected if k.startswith("sub/arr/"))
+        chunks = sorted(k.split("/")[-1] for k in expected if k.startswith("sub/arr/"))
+        assert store.listdir("sub/arr") == chunks
     np.testing.assert_array_equal(zarr3_read_array(got, "sub/arr"), np.arange(120).reshape(10, 12))
     # A writer that changes the archive also drops zarr 2's stale duplicates.
     with ZipStore(path, mode="a") as store:

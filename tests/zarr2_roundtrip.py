@@ -53,7 +53,10 @@ def decode_array(contents: dict[str, bytes], path: str) -> np.ndarray:
 
 def check_reads_what_zarr2_wrote(zarr2: Any, path: Path, zarr2_store: str,
                                  open_ours: Callable[..., Any]) -> None:
-    """zarr 2.18 writes with ``zarr2_store`` (code using ``path``); ``open_ours(path, mode="r")`` reads."""
+    """zarr 2.18 writes with ``zarr2_store`` (code using ``path``); ``open_ours`` reads.
+
+    ``open_ours(path, mode="r")`` opens our store on what zarr 2 wrote.
+    """
     written = {k: bytes.fromhex(v)
                for k, v in zarr2.run(ZARR2_WRITE.format(store=zarr2_store), path=str(path)).items()}
     with open_ours(path, mode="r") as store:
