@@ -485,9 +485,9 @@ class SQLiteStore(Store):
                 self._start_checkpointer()
                 self._create_table()
         except StoreIOError as error:
-            if isinstance(error, StoreFullError) or not self._no_room_to_open(error):
-                raise
-            raise self._full_at_open() from error
+            if isinstance(error, StoreFullError) or self._no_room_to_open(error):
+                raise self._full_at_open() from error
+            raise
         if self._mode != "r":
             self._reserve = SpaceReserve(self._path, _RESERVE_BYTES)
             self._reserve_whole = self._reserve.ensure(_RESERVE_KEEP_FREE)
