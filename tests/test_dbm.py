@@ -254,6 +254,9 @@ except StoreNotFoundError:
 with DBMStore(path + "-default", mode="w") as store:
     store["k"] = b"v"
 out["default_flavour"] = dbm.whichdb(path + "-default")
+with DBMStore(path + "-dbm-open", open=dbm.open, mode="w") as store:
+    store["k"] = b"v"
+out["dbm_open_flavour"] = dbm.whichdb(path + "-dbm-open")
 print(json.dumps(out))
 """
 
@@ -275,7 +278,8 @@ def test_python313_dbm_sqlite3(tmp_path):
     assert out["raw"] == {"a/.zarray": "one", "c": "5", "données/0": "2"}
     assert out["batch statements"] == ["BEGIN", "COMMIT"]  # one transaction per batch
     assert out["w-"] == out["r missing"] == "refused"
-    assert out["default_flavour"] == "dbm.sqlite3"
+    assert out["default_flavour"] == "dbm.dumb"  # new databases: dbm.dumb by default
+    assert out["dbm_open_flavour"] == "dbm.sqlite3"  # dbm.open picks the first installed
 
 
 # ------------------------------------------------------------ zarr 2 compat

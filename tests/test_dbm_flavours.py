@@ -130,3 +130,31 @@ with DBMStore(sys.argv[1], open=dbm.ndbm.open, mode="w") as store:
 with DBMStore(sys.argv[1], open=dbm.ndbm.open, mode="r") as store:
     print(sorted(store))
 """
+
+
+_DEFAULT_FLAVOUR = """
+import dbm, dbm.gnu, sys
+from zstores import DBMStore
+
+new, old = sys.argv[1], sys.argv[2]
+with DBMStore(new) as store:           # a new database: dbm.dumb, not the first installed
+    store["a"] = b"1"
+db = dbm.gnu.open(old, "c")             # an existing gdbm database keeps its flavour
+db[b"b"] = b"2"
+db.close()
+with DBMStore(old) as store:
+    store["c"] = b"3"
+with DBMStore(old, mode="w") as store:  # emptied in its own flavour
+    store["d"] = b"4"
+print(dbm.whichdb(new), dbm.whichdb(old), sorted(DBMStore(old, mode="r")))
+"""
+
+
+def test_default_creates_dumb_and_keeps_an_existing_flavour(tmp_path: Path) -> None:
+    """On a Python with dbm.gnu, DBMStore still creates dbm.dumb files by default."""
+    done = subprocess.run(
+        [flavour_python(), "-c", _DEFAULT_FLAVOUR, str(tmp_path / "new"), str(tmp_path / "old")],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["dbm.dumb", "dbm.gnu", "['d']"]

@@ -139,10 +139,14 @@ def _zip_compression(text: str) -> int:
 def _dbm_flavour(text: str) -> Callable[..., Any]:
     flavours = ("dumb", "gnu", "ndbm", "sqlite3")
     name = text.strip().lower()
-    if name in ("", "default", "dbm"):
+    if name in ("", "default"):
+        from .stores.dbm import open_existing_or_dumb  # the store's default
+
+        return open_existing_or_dumb
+    if name == "dbm":
         return dbm.open
     if name not in flavours:
-        raise ValueError(f"expected one of default, {', '.join(flavours)}")
+        raise ValueError(f"expected one of default, dbm, {', '.join(flavours)}")
     try:
         return importlib.import_module(f"dbm.{name}").open  # type: ignore[no-any-return]
     except ImportError:

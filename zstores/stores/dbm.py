@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dbm
+import dbm.dumb
+import importlib
 import errno
 import os
 import sqlite3
@@ -25,10 +27,37 @@ from ..errors import (
 from ._single_writer import writer_lock
 from ._dumb import DumbFiles, ShortValue, is_dumb
 
-__all__ = ["DBMStore"]
+__all__ = ["DBMStore", "open_existing_or_dumb"]
 
 # The dbm flag for each store mode; "w-" has checked that nothing exists.
 _FLAGS = {"r": "r", "r+": "w", "a": "c", "w": "n", "w-": "c"}
+
+
+def open_existing_or_dumb(path: str, flag: str = "r", mode: int = 0o666) -> Any:
+    """Open an existing dbm database with its own flavour; create a new one as ``dbm.dumb``.
+
+    ``dbm.open`` creates a new database with the first flavour installed
+    (``dbm.sqlite3``, ``dbm.gnu``, ``dbm.ndbm``, then ``dbm.dumb``), so the
+    same code makes different files on different Pythons, and gdbm and
+    Berkeley DB's ndbm can lose values when a write meets a full disk.
+    ``dbm.dumb`` is in every Python, and DBMStore writes its files itself,
+    crash-safely and reusing freed space.  Flag ``"n"`` on an existing
+    database empties it in its own flavour.
+
+    Examples
+    --------
+    >>> import dbm, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "new")
+    >>> open_existing_or_dumb(path, "c").close()
+    >>> dbm.whichdb(path)
+    'dbm.dumb'
+    """
+    flavour = dbm.whichdb(path)
+    if flavour is None:  # nothing there yet
+        return dbm.dumb.open(path, flag, mode)
+    if not flavour:  # a file no flavour recognizes: let dbm.open say so
+        return dbm.open(path, flag, mode)
+    return importlib.import_module(flavour).open(path, flag, mode)
 
 
 class DBMStore(Store):
@@ -37,9 +66,14 @@ class DBMStore(Store):
     Keys are stored as their UTF-8 bytes and values as bytes, the layout of
     zarr-python 2.18's ``DBMStore`` (which encodes keys as ASCII, a subset), so
     either library reads the other's databases when both use the same dbm
-    flavour.  The file format is the flavour's: ``dbm.open`` creates the first
-    of ``dbm.sqlite3`` (Python 3.13+), ``dbm.gnu``, ``dbm.ndbm``, ``dbm.dumb``
-    that is installed and reopens whichever flavour ``dbm.whichdb`` recognizes.
+    flavour.  The file format is the flavour's.  By default
+    (``open=open_existing_or_dumb``) an existing database is reopened with
+    whichever flavour ``dbm.whichdb`` recognizes, and a new one is created as
+    ``dbm.dumb``, which every Python reads and which zstores writes
+    crash-safely; ``dbm.open`` would create the first of ``dbm.sqlite3``,
+    ``dbm.gnu``, ``dbm.ndbm`` that is installed, and gdbm and Berkeley DB's
+    ndbm can lose values when the disk fills (below).  Pass ``open=dbm.open``
+    for zarr-python 2's choice.
 
     No dbm module is thread-safe, so one lock guards every operation;
     ``dbm.sqlite3`` databases, usable only from the thread that opened them,
@@ -78,8 +112,8 @@ class DBMStore(Store):
         The database path as given to ``open`` (``dbm.dumb`` adds ``.dat``,
         ``.dir`` and ``.bak``; ``dbm.ndbm`` may add ``.db``).
     open : callable
-        A dbm-style ``open(path, flag, mode)``: ``dbm.open`` (default),
-        ``dbm.dumb.open``, ``dbm.gnu.open``, ``dbm.ndbm.open``,
+        A dbm-style ``open(path, flag, mode)``: ``open_existing_or_dumb``
+        (default), ``dbm.open``, ``dbm.dumb.open``, ``dbm.gnu.open``, ``dbm.ndbm.open``,
         ``dbm.sqlite3.open`` or another with the same signature.  It must be
         picklable (a module-level function) for the store to pickle.
     mode : {"a", "r", "r+", "w", "w-"}
@@ -119,7 +153,7 @@ class DBMStore(Store):
         self,
         path: str | os.PathLike[str],
         *,
-        open: Callable[..., Any] = dbm.open,
+        open: Callable[..., Any] = open_existing_or_dumb,
         mode: Mode = "a",
         **open_kwargs: Any,
     ) -> None:
