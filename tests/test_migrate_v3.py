@@ -527,13 +527,16 @@ def fill_disk(folder: Path) -> Path:
 def test_migrate_on_a_full_disk_fails_typed_and_finishes_later(small_fs: Path, tmp_path: Path,
                                                                backend: str) -> None:
     url = file_url(backend, small_fs, "full")
+    # 3 MiB of attributes, copied into the zarr.json documents: more than SQLite's 2 MiB
+    # reserve (which an open on a full disk releases), so the migration cannot fit.
+    notes = "n" * (75 << 10)
     with open_store(url, "w") as store:
         zstores.init_group(store)
         for index in range(40):
             zstores.init_array(store, shape=(8,), chunks=(4,), dtype="<f8", path=f"g/a{index}",
                                fill_value=np.nan, compressor=None)
             store[f"g/a{index}/0"] = np.full(4, float(index)).tobytes()
-            store[f"g/a{index}/.zattrs"] = json.dumps({"index": index}).encode()
+            store[f"g/a{index}/.zattrs"] = json.dumps({"index": index, "notes": notes}).encode()
     before = contents(url)
     as_v2 = read_hierarchy(url, 2)
     ballast = fill_disk(small_fs)

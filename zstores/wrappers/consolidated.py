@@ -139,7 +139,7 @@ class ConsolidatedStore(WrapperStore):
         self._metadata: dict[str, bytes] = {}
         self._children: dict[str, set[str]] = {}
         for key, value in self._encoded_documents():
-            key = self._key(key)
+            key = self.normalize(key)
             self._metadata[key] = value
             self._add_ancestors(key)
 
