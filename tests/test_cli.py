@@ -21,6 +21,10 @@ from pathlib import Path
 import numcodecs
 import numpy as np
 import pytest
+
+import zstores
+from zstores.cli._output import human_size
+
 from cli_helpers import (
     COMMAND,
     ZLIB,
@@ -35,9 +39,6 @@ from cli_helpers import (
     zstores_cmd,
 )
 from conftest import missing_peer
-
-import zstores
-from zstores.cli._output import human_size
 
 FILE_BACKENDS = ["directory", "zip", "lmdb", "sqlite"]
 SERVER_BACKENDS = {"redis": "ZSTORES_TEST_REDIS_URL", "mongodb": "ZSTORES_TEST_MONGODB_URL"}

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import Result, contents, file_url, write_sample, zstores_cmd
-from test_cli import NewStores
 
 import zstores
+
+from cli_helpers import Result, contents, file_url, write_sample, zstores_cmd
+from test_cli import NewStores
 
 zarr = pytest.importorskip("zarr")
 if int(zarr.__version__.split(".")[0]) < 3:  # pragma: no cover - the zarr2 venv
@@ -185,10 +186,10 @@ def test_a_truncated_shard_and_an_index_pointing_past_the_end(tmp_path: Path) ->
     report = zstores_cmd("verify", path, "--json")
     assert report.code == 1
     messages = {p["key"]: (p["kind"], p["message"]) for p in report.json()["problems"]}
-    assert messages["a/c/0"] == ("shard_index", "the shard index points inner chunk (3,) of "
-                                 "the shard past the end (24 + 1000 > 96 bytes)")
-    assert messages["b/c/1"] == ("shard_index", "20 bytes, shorter than its shard index "
-                                 "(36 bytes): cut short")
+    assert messages["a/c/0"] == ("shard_index", ("the shard index points inner chunk (3,) of "
+                                 "the shard past the end (24 + 1000 > 96 bytes)"))
+    assert messages["b/c/1"] == ("shard_index", ("20 bytes, shorter than its shard index "
+                                 "(36 bytes): cut short"))
 
 
 def test_verify_v3_written_by_xarray(tmp_path: Path) -> None:
@@ -241,9 +242,9 @@ def test_verify_without_zarr_python_refuses_v3_and_still_checks_v2(v3_folder: Pa
     refused = _zstores_without_zarr("verify", v3_folder)
     assert (refused.code, refused.out) == (2, "")
     assert refused.err_lines == [
-        "zstores verify: error: the store holds 7 zarr v3 arrays (first: blosc) and "
+        ("zstores verify: error: the store holds 7 zarr v3 arrays (first: blosc) and "
         "zarr-python is not installed, so their chunks cannot be decoded; install it with: "
-        f"{INSTALL}"]
+        f"{INSTALL}")]
     v2 = str(tmp_path / "v2")
     write_sample(v2)
     checked = _zstores_without_zarr("verify", v2)
@@ -345,14 +346,14 @@ def test_cp_refuses_a_different_array_at_the_same_path(v3_folder: Path, tmp_path
     before = contents(dst)
     refused = zstores_cmd("cp", other, dst)
     assert refused.code == 1 and refused.err_lines == [
-        "zstores cp: error: refusing to copy: empty is a v3 array in SRC but a v3 group in "
-        "DST; nothing was copied (--if-exists overwrite copies anyway)"]
+        ("zstores cp: error: refusing to copy: empty is a v3 array in SRC but a v3 group in "
+        "DST; nothing was copied (--if-exists overwrite copies anyway)")]
     shutil.rmtree(other / "empty")
     refused = zstores_cmd("cp", other, dst)
     assert refused.code == 1 and refused.err_lines == [
-        "zstores cp: error: refusing to copy: a different array at zstd (shape (40,) in SRC, "
+        ("zstores cp: error: refusing to copy: a different array at zstd (shape (40,) in SRC, "
         "(20,) in DST): its chunks would be read with the wrong metadata; nothing was copied "
-        "(--if-exists overwrite copies anyway)"]
+        "(--if-exists overwrite copies anyway)")]
     assert contents(dst) == before
     forced = zstores_cmd("cp", other, dst, "--if-exists", "overwrite")
     assert forced.code == 0

@@ -10,7 +10,6 @@ import shutil
 
 import numpy as np
 import pytest
-from raw_access import MemoryRawHooks, SQLiteRawHooks
 
 import zstores
 from zstores import (
@@ -25,6 +24,8 @@ from zstores.hierarchy import MetadataError
 from zstores.testing import StoreTests
 from zstores.wrappers import ConsolidatedStore
 from zstores.wrappers import consolidated as consolidated_module
+
+from raw_access import MemoryRawHooks, SQLiteRawHooks
 
 EMPTY = {"metadata": {}, "zarr_consolidated_format": 1}
 
@@ -47,7 +48,8 @@ class TestConsolidatedRootOverMemory(MemoryRawHooks, StoreTests):
 
     @pytest.mark.parametrize(
         "key",
-        [".zgroup", "foo/.zarray", "foo/bar/0.0", "a/b/c/d/e/f", "données/ü", "with space", "x-y_z"],
+        [".zgroup", "foo/.zarray", "foo/bar/0.0", "a/b/c/d/e/f", "données/ü", "with space",
+         "x-y_z"],
     )
     def test_set_get_delete(self, store, key):
         if key.rpartition("/")[2] in (".zgroup", ".zarray"):
@@ -549,7 +551,8 @@ def test_zarr3_through_the_consolidated_store(tmp_path):
     inner = SQLiteStore(tmp_path / "z.sqlite")
     root = zarr.open_group(zstores.zarr_store(inner), mode="w", zarr_format=2)
     root.attrs["kind"] = "demo"
-    root.create_array("a", shape=(6, 6), chunks=(3, 3), dtype="<i8")[:] = np.arange(36).reshape(6, 6)
+    values = np.arange(36).reshape(6, 6)
+    root.create_array("a", shape=(6, 6), chunks=(3, 3), dtype="<i8")[:] = values
     store = consolidate_metadata(inner, mode="r+")
     group = zarr.open_consolidated(zstores.zarr_store(store), zarr_format=2)
     np.testing.assert_array_equal(group["a"][:], np.arange(36).reshape(6, 6))

@@ -94,7 +94,7 @@ result = [run_scenario(ops, api) for ops in scenarios]
 '''
 
 _shared: dict[str, Any] = {}
-exec(SHARED, _shared)
+exec(SHARED, _shared)  # noqa: S102 - the same code runs under zarr-python 2.18
 run_scenario: Callable[..., dict[str, Any]] = _shared["run_scenario"]
 dump, load = _shared["dump"], _shared["load"]
 OUR_API = {"init_array": init_array, "init_group": init_group}
@@ -162,20 +162,20 @@ MATRIX = [
     "shape=(100, 100), chunks=(10, 10), dtype='<i4', compressor='none', fill_value=0",
     "shape=(100, 100), chunks=(10, 10), dtype='<i4', compressor=[], fill_value=0",
     "shape=(100, 100), chunks=(10, 10), dtype='<i4', compressor=Zlib(level=1), fill_value=0",
-    "shape=(100, 100), dtype='<i4', compressor=Blosc(cname='zstd', clevel=3, shuffle=2), "
-    "fill_value=0",
+    ("shape=(100, 100), dtype='<i4', compressor=Blosc(cname='zstd', clevel=3, shuffle=2), "
+    "fill_value=0"),
     "shape=(100, 100), dtype='<i4', compressor=BZ2(level=9), fill_value=0",
     "shape=(100,), dtype='<i4', filters=[Delta(dtype='<i4')], fill_value=0",
-    "shape=(100,), dtype='<i4', filters=[Delta(dtype='<i4'), Zlib(level=2)], compressor=None, "
-    "fill_value=0",
+    ("shape=(100,), dtype='<i4', filters=[Delta(dtype='<i4'), Zlib(level=2)], compressor=None, "
+    "fill_value=0"),
     "shape=(100, 100), chunks=(10, 20), dtype='<f8', order='F', fill_value=1.5",
     "shape=(100, 100), chunks=(10, 20), dtype='<f8', order='f', fill_value=1.5",
     "shape=(100, 100), chunks=(10, 20), dtype='<f8', dimension_separator='/', fill_value=0",
     "shape=(100, 100), chunks=(10, 20), dtype='<f8', dimension_separator='.', fill_value=0",
     "shape=(100, 100), chunks=(10, 20), dtype='<f8', path='foo/bar', fill_value=0",
     "shape=(100, 100), chunks=(10, 20), dtype='<f8', path='/foo//bar/', fill_value=0",
-    "shape=(100, 100), chunks=(10, 20), dtype='<f8', path='a/b/c', dimension_separator='/', "
-    "fill_value=0",
+    ("shape=(100, 100), chunks=(10, 20), dtype='<f8', path='a/b/c', dimension_separator='/', "
+    "fill_value=0"),
     "shape=(), dtype='<f8', fill_value=3.0",
     "shape=(), dtype='M8[ns]', fill_value='NaT'",
     "shape=(5,), dtype='(2,3)f4', fill_value=0.1",
@@ -291,14 +291,14 @@ SCENARIOS = [
      "init_array(store, shape=5, path='g', fill_value=0, overwrite=True)"],
     ["init_array(store, shape=(4, 4), chunks=2, path='a', fill_value=0, chunk_store=chunk_store)",
      "chunk_store['a/0.0'] = b'x'", "chunk_store['ab/0.0'] = b'y'", "store['other'] = b'z'",
-     "init_array(store, shape=(4, 4), chunks=2, path='a', fill_value=0, "
-     "chunk_store=chunk_store, overwrite=True)"],
+     ("init_array(store, shape=(4, 4), chunks=2, path='a', fill_value=0, "
+     "chunk_store=chunk_store, overwrite=True)")],
     ["chunk_store['0.0'] = b'x'", "store['k'] = b'v'",
      "init_array(store, shape=(4, 4), fill_value=0, chunk_store=chunk_store, overwrite=True)"],
     ["store['k'] = b'v'", "init_group(store, overwrite=True, chunk_store=chunk_store)"],
     ["store = SepDict()", "init_array(store, shape=(4, 4), chunks=2, path='p', fill_value=0)",
-     "init_array(store, shape=(4, 4), chunks=2, path='q', fill_value=0, "
-     "dimension_separator='.')"],
+     ("init_array(store, shape=(4, 4), chunks=2, path='q', fill_value=0, "
+     "dimension_separator='.')")],
     ["init_array(store, shape=5, path=b'bytes/path', fill_value=0)"],
     ["init_group(store, path='../escape')", "init_array(store, shape=5, path='a/./b')"],
 ]
@@ -351,8 +351,8 @@ READ_CASES = [
      "np.eye(3, dtype=bool)", "np.True_"),
     ("shape=(3, 3), chunks=2, dtype='<c16', fill_value=1 + 2j",
      "np.arange(9).reshape(3, 3) * (1 - 1j)", "np.complex128(1+2j)"),
-    ("shape=(4, 6), chunks=(3, 4), dtype='<i4', order='F', compressor=Zlib(level=1), "
-     "filters=[Delta(dtype='<i4')], dimension_separator='/', path='foo/bar', fill_value=-7",
+    (("shape=(4, 6), chunks=(3, 4), dtype='<i4', order='F', compressor=Zlib(level=1), "
+     "filters=[Delta(dtype='<i4')], dimension_separator='/', path='foo/bar', fill_value=-7"),
      "np.arange(24, dtype='<i4').reshape(4, 6)", "np.int32(-7)"),
     ("shape=(3,), chunks=2, dtype=str, fill_value='', compressor=None",
      "np.array(['x', 'yy', ''], dtype=object)", "''"),
@@ -395,7 +395,7 @@ def test_zarr2_reads_and_writes_our_arrays(zarr2: Any, new_store: Callable[[], A
         meta = decoded(store, prefix_of(path) + ".zarray")
         expected.append((path, meta, kwargs))
     results = zarr2.run(ZARR2_READ, items=items)
-    for (path, meta, kwargs), result in zip(expected, results):
+    for (path, meta, kwargs), result in zip(expected, results, strict=False):
         assert result["fill_ok"], (kwargs, result)
         assert result["roundtrip"], (kwargs, result)
         assert result["shape"] == meta["shape"] and result["chunks"] == meta["chunks"]
@@ -428,11 +428,11 @@ for args, data in cases:
 WRITE_CASES = [
     ("shape=(4, 5), chunks=(2, 3), dtype='<f8', fill_value=0",
      "np.arange(20.0).reshape(4, 5)"),
-    ("shape=(4, 5), chunks=(2, 3), dtype='>i2', order='F', compressor=Zlib(level=3), "
-     "filters=[Delta(dtype='>i2')], path='g/arr', dimension_separator='/', fill_value=3",
+    (("shape=(4, 5), chunks=(2, 3), dtype='>i2', order='F', compressor=Zlib(level=3), "
+     "filters=[Delta(dtype='>i2')], path='g/arr', dimension_separator='/', fill_value=3"),
      "np.arange(20, dtype='>i2').reshape(4, 5) * 3"),
-    ("shape=(6,), chunks=(4,), dtype=[('a', '<i4'), ('b', '<f8')], compressor=None, "
-     "fill_value=(1, 2.5)",
+    (("shape=(6,), chunks=(4,), dtype=[('a', '<i4'), ('b', '<f8')], compressor=None, "
+     "fill_value=(1, 2.5)"),
      "np.array([(i, i / 4) for i in range(6)], dtype=[('a', '<i4'), ('b', '<f8')])"),
     ("shape=(6,), chunks=(4,), dtype='|S3', fill_value=b'zz'",
      "np.array([b'a', b'bc', b'def', b'', b'x', b'yy'])"),
@@ -455,7 +455,7 @@ def read_chunk(store: Any, path: str, index: tuple[int, ...]) -> np.ndarray:
 
 def test_we_read_what_zarr2_writes(zarr2: Any, new_store: Callable[[], Any]) -> None:
     stores = zarr2.run(ZARR2_WRITE, cases=WRITE_CASES)
-    for (args, data), encoded in zip(WRITE_CASES, stores):
+    for (args, data), encoded in zip(WRITE_CASES, stores, strict=False):
         theirs = load(encoded, new_store())
         kwargs = eval(f"dict({args})", dict(_shared))
         path = hierarchy.normalize_storage_path(kwargs.get("path"))

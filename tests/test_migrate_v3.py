@@ -21,11 +21,12 @@ from typing import Any
 import numcodecs
 import numpy as np
 import pytest
-from cli_helpers import contents, file_url, zstores_cmd
-from full_disk import small_fs  # noqa: F401 - a fixture
 
 import zstores
 from zstores.metadata import v3 as metadata_v3
+
+from cli_helpers import contents, file_url, zstores_cmd
+from full_disk import small_fs  # noqa: F401 - a fixture
 
 zarr = pytest.importorskip("zarr")
 if int(zarr.__version__.split(".")[0]) < 3:  # pragma: no cover - the zarr2 venv
@@ -133,7 +134,7 @@ def latest(code: str, **args: Any) -> Any:
                "globals().update(json.loads(sys.argv[1]))\n" + textwrap.dedent(code)
                + "\nprint('__RESULT__' + json.dumps(result))\n")
     done = subprocess.run([str(LATEST), "-c", program, json.dumps(args)], capture_output=True,
-                          text=True, timeout=300,
+                          text=True, timeout=300, check=False,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.rsplit("__RESULT__", 1)[1])
@@ -294,9 +295,9 @@ def test_unsupported_dtypes_are_refused_and_nothing_is_written(zarr2, tmp_path: 
     done = zstores_cmd("migrate", url, "--to", "3")
     assert done.code == 1
     assert done.err_lines == [
-        "zstores migrate: error: 'text/.zarray' cannot be written as Zarr format 3: object "
+        ("zstores migrate: error: 'text/.zarray' cannot be written as Zarr format 3: object "
         "dtype '|O' (variable-length Python objects) has no format 3 data type; nothing was "
-        "written"]
+        "written")]
     assert contents(url) == before
     with open_store(url, "r+") as store:
         del store["text/.zarray"]
@@ -524,8 +525,8 @@ def fill_disk(folder: Path) -> Path:
 
 
 @pytest.mark.parametrize("backend", ["directory", "sqlite"])
-def test_migrate_on_a_full_disk_fails_typed_and_finishes_later(small_fs: Path, tmp_path: Path,
-                                                               backend: str) -> None:
+def test_migrate_on_a_full_disk_fails_typed_and_finishes_later(
+        small_fs: Path, tmp_path: Path, backend: str) -> None:  # noqa: F811 - the fixture
     url = file_url(backend, small_fs, "full")
     # 3 MiB of attributes, copied into the zarr.json documents: more than SQLite's 2 MiB
     # reserve (which an open on a full disk releases), so the migration cannot fit.

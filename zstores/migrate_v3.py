@@ -42,10 +42,10 @@ from .base import Store
 from .errors import UnsupportedOperationError
 from .metadata import v3 as metadata_v3
 from .metadata.documents import (
-    ARRAY_V2 as ARRAY,
-    ATTRS_V2 as ATTRS,
-    CONSOLIDATED_V2 as CONSOLIDATED,
-    GROUP_V2 as GROUP,
+    ARRAY_V2,
+    ATTRS_V2,
+    CONSOLIDATED_V2,
+    GROUP_V2,
     NODE_V3,
     V2_NAMES,
     MetadataError,
@@ -99,7 +99,7 @@ def _read(store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _attributes(documents: Mapping[str, Any], path: str) -> dict[str, Any]:
-    key = _prefix(path) + ATTRS
+    key = _prefix(path) + ATTRS_V2
     attributes = documents.get(key, {})
     if not isinstance(attributes, dict):
         raise MetadataError(f"{key!r} must hold a JSON object, not {type(attributes).__name__}")
@@ -113,8 +113,8 @@ def _nodes(documents: Mapping[str, Any], existing: Mapping[str, Any],
     An ancestor that already has a ``zarr.json`` keeps it (a run that was
     interrupted while removing v2 metadata left it there).
     """
-    arrays = {_split(key)[0] for key in documents if _split(key)[1] == ARRAY}
-    groups = {_split(key)[0] for key in documents if _split(key)[1] == GROUP}
+    arrays = {_split(key)[0] for key in documents if _split(key)[1] == ARRAY_V2}
+    groups = {_split(key)[0] for key in documents if _split(key)[1] == GROUP_V2}
     both = sorted(arrays & groups)
     if both:
         raise MetadataError(f"{_prefix(both[0])}.zarray and .zgroup are both in {store!r}: "
@@ -129,9 +129,9 @@ def _nodes(documents: Mapping[str, Any], existing: Mapping[str, Any],
                 raise MetadataError(f"{ancestor!r} is an array with a node {path!r} below it "
                                     f"in {store!r}")
             ancestors.add(ancestor)
-    nodes = {path: metadata_v3.array_from_v2(documents[_prefix(path) + ARRAY],
+    nodes = {path: metadata_v3.array_from_v2(documents[_prefix(path) + ARRAY_V2],
                                              _attributes(documents, path),
-                                             key=_prefix(path) + ARRAY)
+                                             key=_prefix(path) + ARRAY_V2)
              for path in arrays}
     nodes.update({path: metadata_v3.group_document(_attributes(documents, path))
                   for path in groups})
@@ -153,7 +153,7 @@ def _consolidate(nodes: dict[str, dict[str, Any]], existing: Mapping[str, Any],
     done = []
     for key in documents:
         path, name = _split(key)
-        if name != CONSOLIDATED or not metadata_v3.is_group(nodes.get(path)):
+        if name != CONSOLIDATED_V2 or not metadata_v3.is_group(nodes.get(path)):
             continue
         prefix = _prefix(path)
         below = {other[len(prefix):]: document for other, document in everything.items()
@@ -176,7 +176,7 @@ def _removal_order(key: str) -> tuple[int, int, str]:
     its ``zarr.json`` says) and then removes.
     """
     path, name = _split(key)
-    rank = {ARRAY: 0, GROUP: 0, ATTRS: 1, CONSOLIDATED: 2}[name]
+    rank = {ARRAY_V2: 0, GROUP_V2: 0, ATTRS_V2: 1, CONSOLIDATED_V2: 2}[name]
     return rank, -_depth(path), key
 
 

@@ -78,7 +78,7 @@ def _shown(value: object) -> str:
 def _node_conflict(src: Store, dst: Store, src_keys: list[str]) -> str | None:
     paths = sorted({key.rpartition("/")[0] for key in src_keys
                     if metadata_format(key) is not None and key.rpartition("/")[2] != ATTRS_V2})
-    for ours, theirs in zip(read_nodes(src, paths), read_nodes(dst, paths)):
+    for ours, theirs in zip(read_nodes(src, paths), read_nodes(dst, paths), strict=True):
         if ours.kind == "other" or theirs.kind == "other" or ours.problem or theirs.problem:
             continue
         where = ours.path or "/"

@@ -150,7 +150,7 @@ class ChunkChecker:
                 warnings.filterwarnings("ignore", message=_NUMCODECS_WARNING)
                 array = zarr.open_array(zarr_store(store, mode="r"), path=path, mode="r",
                                         zarr_format=3)
-        except Exception as error:  # noqa: BLE001 - zarr raises many kinds
+        except Exception as error:  # zarr raises many kinds
             raise ValueError(f"zarr-python cannot open it: {_why(error)}") from error
         self._prototype = default_buffer_prototype()
         self._config = ArrayConfig(order="C", write_empty_chunks=False)
@@ -230,11 +230,11 @@ class ChunkChecker:
     # --------------------------------------------------------------- shards
     async def _check_shard(self, shard: bytes, codec: Any, spec: Any) -> None:
         inner_shape = tuple(codec.chunk_shape)
-        per_shard = tuple(s // c for s, c in zip(spec.shape, inner_shape))
+        per_shard = tuple(s // c for s, c in zip(spec.shape, inner_shape, strict=True))
         offsets = await self._shard_index(shard, codec, spec, per_shard)
         inner_spec = self._spec_class(inner_shape, spec.dtype, spec.fill_value, self._config,
                                       self._prototype)
-        for position, (offset, length) in zip(np.ndindex(*per_shard), offsets):
+        for position, (offset, length) in zip(np.ndindex(*per_shard), offsets, strict=False):
             if offset == _EMPTY and length == _EMPTY:
                 continue  # not stored in this shard: reads as the fill value
             where = f"inner chunk {position} of the shard: "

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..metadata import ARRAY_V2, CONSOLIDATED_V2, GROUP_V2, NODE_V3
 from ..wrappers import consolidate_metadata
 from ._common import add_url, open_url, shown, subcommand
-from ..metadata import ARRAY_V2, CONSOLIDATED_V2, GROUP_V2, NODE_V3
 from ._output import EXIT_OK, CommandError, plural
 
 __all__ = ["add_parser", "run"]

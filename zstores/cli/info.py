@@ -1,4 +1,7 @@
-"""``zstores info URL [PATH]``: an array's layout and storage (as zarr-python's ``.info``), or a group's members."""
+"""``zstores info URL [PATH]``: an array's layout and storage, or a group's members.
+
+An array's report is what zarr-python's ``.info`` shows.
+"""
 
 from __future__ import annotations
 
@@ -132,7 +135,7 @@ def array_report(store: Store, node: Node) -> dict[str, Any]:
         report["shards_initialized"] = count_chunks(store, node)
         report["nshards"] = array.nchunks
         report["nchunks"] = array.nchunks * math.prod(
-            s // c for s, c in zip(array.chunks, array.inner_chunks) if c)
+            s // c for s, c in zip(array.chunks, array.inner_chunks, strict=False) if c)
     else:
         report["chunks_initialized"] = count_chunks(store, node)
         report["nchunks"] = array.nchunks

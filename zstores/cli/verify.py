@@ -29,18 +29,6 @@ from typing import Any
 
 from ..base import Store
 from ..keys import prefix_of
-from ._common import (
-    Pool,
-    add_jobs,
-    add_path,
-    add_progress,
-    add_url,
-    batches,
-    open_url,
-    path_argument,
-    shown,
-    subcommand,
-)
 from ..metadata import (
     ATTRS_V2,
     CONSOLIDATED_V2,
@@ -54,6 +42,18 @@ from ..metadata import (
 )
 from ..metadata.checks import check_consolidated
 from ..metadata.nodes import Array, classify
+from ._common import (
+    Pool,
+    add_jobs,
+    add_path,
+    add_progress,
+    add_url,
+    batches,
+    open_url,
+    path_argument,
+    shown,
+    subcommand,
+)
 from ._output import (
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -267,7 +267,8 @@ def _assign_keys(store: Store, keys: list[str], findings: _Findings) -> None:
             findings.chunks[owner].append(key)
 
 
-def chunk_problem(raw: bytes, array: Array, codecs: tuple[Any, list[Any]]) -> tuple[str, str] | None:
+def chunk_problem(raw: bytes, array: Array,
+                  codecs: tuple[Any, list[Any]]) -> tuple[str, str] | None:
     """``(kind, message)`` if a stored chunk is damaged, ``None`` if it decodes fully.
 
     Examples

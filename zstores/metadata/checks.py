@@ -76,8 +76,9 @@ def fill_value_problem(value: Any, dtype: np.dtype) -> str | None:
         return None
     kind, shown = dtype.kind, f"'fill_value' {value!r}"
     if kind == "f":
-        return None if not _float_problem(value) else f"{shown} is not a number, 'NaN', " \
-            f"'Infinity' or '-Infinity' (dtype {dtype})"
+        if not _float_problem(value):
+            return None
+        return f"{shown} is not a number, 'NaN', 'Infinity' or '-Infinity' (dtype {dtype})"
     if kind == "c":
         if isinstance(value, list) and len(value) == 2 and not any(map(_float_problem, value)):
             return None

@@ -111,7 +111,8 @@ class Array:
     @property
     def grid(self) -> tuple[int, ...]:
         """Chunks along each dimension."""
-        return tuple(math.ceil(s / c) if c else 0 for s, c in zip(self.shape, self.chunks))
+        pairs = zip(self.shape, self.chunks, strict=False)
+        return tuple(math.ceil(s / c) if c else 0 for s, c in pairs)
 
     @property
     def nchunks(self) -> int:
@@ -165,7 +166,7 @@ class Array:
             return None
         index = tuple(int(p) for p in parts)
         grid = self.grid or (1,)
-        if any(i >= n for i, n in zip(index, grid)):
+        if any(i >= n for i, n in zip(index, grid, strict=False)):
             return None
         return index if self.shape else ()
 

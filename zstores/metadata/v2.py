@@ -147,7 +147,7 @@ def _normalize_chunks(chunks: Any, shape: tuple[int, ...], itemsize: int) -> tup
     if len(chunks) > len(shape):
         raise ValueError(f"too many dimensions in chunks {chunks} for shape {shape}")
     chunks += shape[len(chunks):]
-    chunks = tuple(s if c is None or c == -1 else c for s, c in zip(shape, chunks))
+    chunks = tuple(s if c is None or c == -1 else c for s, c in zip(shape, chunks, strict=True))
     if not all(isinstance(c, numbers.Integral) for c in chunks):
         warnings.warn("chunks contains non-integer value(s)", UserWarning, stacklevel=4)
     return tuple(int(c) for c in chunks)

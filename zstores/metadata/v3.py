@@ -40,7 +40,7 @@ import numcodecs
 import numpy as np
 
 from .checks import is_int
-from .documents import ARRAY_V2, NODE_V3, MetadataError
+from .documents import ARRAY_V2, MetadataError
 
 __all__ = [
     "array_from_v2",
@@ -163,7 +163,7 @@ def check_consolidated_field(field: Any, where: str) -> dict[str, dict[str, Any]
     >>> listing = check_consolidated_field(consolidated_field({"a": group_document()}), "z")
     >>> list(listing), listing["a"]["node_type"]
     (['a'], 'group')
-    >>> check_consolidated_field({"kind": "remote"}, NODE_V3)  # doctest: +ELLIPSIS
+    >>> check_consolidated_field({"kind": "remote"}, "zarr.json")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     zstores.metadata.MetadataError: 'zarr.json' has consolidated_metadata of kind 'remote'; ...

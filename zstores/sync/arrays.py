@@ -98,7 +98,8 @@ class _Zarr3:
 
     def _reopen_args(self) -> tuple[Any, ...]:
         store_path = self.array.store_path
-        return (store_path.store, store_path.path, self.array.metadata.zarr_format, self.array.config)
+        zarr_format = self.array.metadata.zarr_format
+        return (store_path.store, store_path.path, zarr_format, self.array.config)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_zarr3_reopened, self._reopen_args())
@@ -119,7 +120,7 @@ def _zarr3_reopened(store: Any, path: str, zarr_format: int, config: Any) -> _Za
 def _wrap(array: Any) -> _Zarr2 | _Zarr3:
     if hasattr(array, "async_array") and hasattr(array, "metadata"):
         return _Zarr3(array)
-    if hasattr(array, "_chunk_key") and hasattr(array, "__getstate__") and hasattr(array, "chunk_store"):
+    if all(hasattr(array, name) for name in ("_chunk_key", "__getstate__", "chunk_store")):
         return _Zarr2(array)
     raise TypeError(
         f"synchronized() takes a zarr-python 2 or 3 array, not {type(array).__name__}"
@@ -412,7 +413,7 @@ def _check_append(shape: tuple[int, ...], data_shape: tuple[int, ...], axis: int
     if not -len(shape) <= axis < len(shape):
         raise IndexError(f"axis {axis} is out of bounds for an array of {len(shape)} dimensions")
     axis %= len(shape)
-    for dim, (size, given) in enumerate(zip(shape, data_shape)):
+    for dim, (size, given) in enumerate(zip(shape, data_shape, strict=False)):
         if dim != axis and size != given:
             raise ValueError(
                 f"cannot append data of shape {data_shape} to an array of shape {shape} "
@@ -421,7 +422,8 @@ def _check_append(shape: tuple[int, ...], data_shape: tuple[int, ...], axis: int
     return axis
 
 
-def synchronized(array: Any, synchronizer: Synchronizer, *, atomic: bool = False) -> SynchronizedArray:
+def synchronized(array: Any, synchronizer: Synchronizer, *,
+                 atomic: bool = False) -> SynchronizedArray:
     """Wrap a zarr-python 2 or 3 array so that its writes hold chunk locks.
 
     Parameters
