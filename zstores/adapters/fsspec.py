@@ -357,7 +357,7 @@ class StoreFileSystem(AsyncFileSystem):
         if not detail:
             return paths
         entries = []
-        for name, full in zip(names, paths):
+        for name, full in zip(names, paths, strict=True):
             child = f"{key}/{name}" if key else name
             if child in store:
                 entries.append({"name": full, "size": store.getsize(child), "type": "file"})
@@ -453,10 +453,10 @@ class StoreFileSystem(AsyncFileSystem):
         if not len(starts) == len(ends) == count:
             raise ValueError("paths, starts and ends must have the same length")
         results: list[Any] = []
-        for path, start, end in zip(paths, starts, ends):
+        for path, start, end in zip(paths, starts, ends, strict=True):
             try:
                 results.append(self.cat_file(path, start, end))
-            except Exception as error:  # noqa: BLE001 - fsspec's on_error contract
+            except Exception as error:  # fsspec's on_error contract: any error, returned
                 if on_error != "return":
                     raise
                 results.append(error)

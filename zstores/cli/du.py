@@ -68,7 +68,8 @@ def _usage(store: Store, path: str) -> list[dict[str, Any]]:
         if not slash:
             is_key.add(name)
     names = sorted(counts)
-    nodes = read_nodes(store, [join(path, name) for name in names if counts[name] > (name in is_key)])
+    folders = [name for name in names if counts[name] > (name in is_key)]
+    nodes = read_nodes(store, [join(path, name) for name in folders])
     kinds = {node.name: node.kind for node in nodes}
     rows = []
     for name in names:

@@ -571,7 +571,7 @@ class LMDBStore(Store):
     def _delete_in_pieces(self, keys: list[str]) -> None:
         for i in range(0, len(keys), _FULL_DISK_PIECE):
             piece = [key.encode() for key in keys[i : i + _FULL_DISK_PIECE]]
-            self._run(lambda txn: [txn.delete(key) for key in piece], write=True)
+            self._run(lambda txn, piece=piece: [txn.delete(key) for key in piece], write=True)
 
     # --------------------------------------------------------- transactions
     def _run(
