@@ -130,7 +130,7 @@ class _Copier:
     def _copy(self, batch: list[str], done: _Tally) -> None:
         values = self.src.getitems(batch)
         done.vanished = len(batch) - len(values)  # deleted from SRC since the listing
-        present = [key for key in values if self.dst._key(key) in self.existing] \
+        present = [key for key in values if self.dst.normalize(key) in self.existing] \
             if self.if_exists == "skip" else []
         old = self.dst.getitems(present) if present else {}
         to_write = {}
@@ -183,7 +183,7 @@ def _source_keys(src: Store, path: str, url: str) -> list[str]:
 def _existing_keys(dst: Store, path: str) -> set[str]:
     existing = set(keys_under(dst, path))
     if path and path in dst:
-        existing.add(dst._key(path))
+        existing.add(dst.normalize(path))
     return existing
 
 
@@ -197,7 +197,7 @@ def _refuse_mixing(src: Store, dst: Store, keys: list[str], existing: set[str],
 
 
 def _refuse_existing(keys: list[str], existing: set[str], dst: Store, url: str) -> None:
-    clashes = [key for key in keys if dst._key(key) in existing]
+    clashes = [key for key in keys if dst.normalize(key) in existing]
     if clashes:
         raise CommandError(
             f"{plural(len(clashes), 'key')} already exist in {shown(url)} (first: "
