@@ -69,7 +69,8 @@ def secrets_of(url: str) -> list[str]:
     found = []
     if parts.password:
         found += [parts.password, unquote(parts.password)]
-    found += [value for name, value in parse_qsl(parts.query) if name.lower() == "password" and value]
+    found += [value for name, value in parse_qsl(parts.query)
+              if name.lower() == "password" and value]
     return list(dict.fromkeys(secret for secret in found if secret))
 
 

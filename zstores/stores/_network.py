@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from ..errors import StoreConnectionError, StoreURLError
-from ..secrets import mentions_secret, redact_url, scrub, secrets_of
+from ..secrets import mentions_secret, redact_url, scrub
 
 __all__ = [
     "backend_error",

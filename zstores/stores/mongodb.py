@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import re
 import secrets
@@ -19,10 +20,11 @@ from ..errors import (
     StoreURLError,
 )
 from ..keys import check_utf8_key
-from ..secrets import mentions_secret, redact_url, scrub, secrets_of
+from ..secrets import redact_url, scrub, secrets_of
 from ._network import (
     DEFAULT_CONNECT_TIMEOUT,
     backend_error,
+    call_translating,
     check_connect_timeout,
     check_url_options,
     network_errors_as,
@@ -307,13 +309,13 @@ class MongoDBStore(Store):
         # constructor: a warning another thread raises meanwhile is caught too.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            try:
-                client = pymongo.MongoClient(url, **client_kwargs)
-            except (pymongo.errors.ConfigurationError, TypeError, ValueError) as error:
-                typed = backend_error(StoreURLError, f"MongoDBStore {self._where}",
-                                      "the client refused the URL or an option",
-                                      secrets_of(url), error)
-                raise typed from None
+            client = call_translating(
+                functools.partial(pymongo.MongoClient, url, **client_kwargs),
+                (pymongo.errors.ConfigurationError, TypeError, ValueError),
+                lambda error: backend_error(StoreURLError, f"MongoDBStore {self._where}",
+                                            "the client refused the URL or an option",
+                                            secrets_of(url), error),
+                lambda: secrets_of(url))
         for warning in caught:
             text = scrub(str(warning.message), secrets_of(url))
             # A UserWarning here is the URI parser ignoring an option or its
@@ -333,33 +335,29 @@ class MongoDBStore(Store):
         timeout, option = self._connect_timeout, "connect_timeout"
         if self._client.options.server_selection_timeout < timeout:
             timeout, option = self._client.options.server_selection_timeout, "serverSelectionTimeoutMS"
-        try:
-            with pymongo.timeout(timeout):
-                self._client.admin.command("ping")
-        except self._driver_errors as error:
-            if isinstance(error, pymongo.errors.ServerSelectionTimeoutError) \
-                    or isinstance(error, pymongo.errors.NetworkTimeout):
-                typed: Exception = backend_error(
-                    StoreConnectionError, self._store_name(),
-                    f"no server answered within {timeout:g} s ({option})",
-                    self._secrets(), error, detail=_short(error))
-            else:
-                typed = self._typed_error(error)
-            if not mentions_secret(error, self._secrets()):
-                raise typed from error
-        except (KeyError, TypeError, ValueError) as error:
+        timeouts = (pymongo.errors.ServerSelectionTimeoutError, pymongo.errors.NetworkTimeout)
+
+        def translate(error: BaseException) -> Exception:
+            if isinstance(error, timeouts):
+                return backend_error(StoreConnectionError, self._store_name(),
+                                     f"no server answered within {timeout:g} s ({option})",
+                                     self._secrets(), error, detail=_short(error))
+            if isinstance(error, self._driver_errors):
+                return self._typed_error(error)
             # pymongo's authentication code reading a reply it did not expect:
             # a server that does not implement authentication (nx-27017
             # answers saslStart without a payload) or a broken proxy.
-            typed = backend_error(
+            return backend_error(
                 StoreConnectionError, self._store_name(),
                 "the authentication handshake failed (does the server support authentication?)",
                 self._secrets(), error)
-            if not mentions_secret(error, self._secrets()):
-                raise typed from error
-        else:
-            return
-        raise typed  # outside the handler: the driver's error, which shows a password, stays out
+
+        def ping() -> None:
+            with pymongo.timeout(timeout):
+                self._client.admin.command("ping")
+
+        call_translating(ping, (*self._driver_errors, KeyError, TypeError, ValueError),
+                         translate, self._secrets)
 
     @network_errors_as
     def _open(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import inspect
 import re
 from collections.abc import Iterator
@@ -11,10 +12,11 @@ from typing import Any
 from ..base import Buffer, Mode, Store
 from ..errors import StoreConnectionError, StoreFullError, StoreIOError, StoreURLError
 from ..keys import check_utf8_key
-from ..secrets import mentions_secret, redact_url, scrub, secrets_of
+from ..secrets import redact_url, scrub, secrets_of
 from ._network import (
     DEFAULT_CONNECT_TIMEOUT,
     backend_error,
+    call_translating,
     check_connect_timeout,
     check_url_options,
     network_errors_as,
@@ -162,9 +164,12 @@ def typed_redis_error(error: BaseException, name: str, secrets: list[str]) -> Ex
     Examples
     --------
     >>> import redis
-    >>> typed_redis_error(redis.exceptions.ResponseError("OOM command not allowed"),
-    ...                   "RedisStore redis://h/0", [])
-    StoreFullError(28, 'RedisStore redis://h/0: the server is out of memory (maxmemory reached): ResponseError: OOM command not allowed')
+    >>> error = typed_redis_error(redis.exceptions.ResponseError("OOM command not allowed"),
+    ...                           "RedisStore redis://h/0", [])
+    >>> type(error).__name__, error.errno
+    ('StoreFullError', 28)
+    >>> str(error)
+    '[Errno 28] RedisStore redis://h/0: the server is out of memory (maxmemory reached): ...'
     """
     exceptions = _import_redis().exceptions
     if isinstance(error, exceptions.AuthenticationError):
@@ -326,11 +331,12 @@ class RedisStore(Store):
                     f"unknown option {name!r} for RedisStore at {self._where}; known options: "
                     f"{', '.join(own)} (zstores) and {', '.join(sorted(known))} (redis-py)"
                 )
-        try:
-            return redis.Redis.from_url(url, **client_kwargs)
-        except ValueError as error:  # parse_url's "Invalid value for 'db' in connection URL."
-            message = scrub(str(error), secrets_of(url))
-            raise StoreURLError(f"RedisStore cannot use {self._where}: {message}") from None
+        # parse_url's ValueError: "Invalid value for 'db' in connection URL."
+        return call_translating(
+            functools.partial(redis.Redis.from_url, url, **client_kwargs), ValueError,
+            lambda error: StoreURLError(
+                f"RedisStore cannot use {self._where}: {scrub(str(error), secrets_of(url))}"),
+            lambda: secrets_of(url))
 
     def _ping(self) -> None:
         """One PING within ``connect_timeout`` seconds, on a connection of its own.
@@ -349,23 +355,19 @@ class RedisStore(Store):
         probe_pool.connection_kwargs.update(socket_connect_timeout=timeout, socket_timeout=timeout)
         probe = redis.Redis(connection_pool=probe_pool,
                             retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0))
-        try:
-            probe.ping()
-        except redis.exceptions.RedisError as error:
+
+        def translate(error: BaseException) -> Exception:
             if isinstance(error, redis.exceptions.TimeoutError):
-                typed = backend_error(
+                return backend_error(
                     StoreConnectionError, self._store_name(),
                     f"no answer from the server within {timeout:g} s (connect_timeout)",
                     self._secrets(), error)
-            else:
-                typed = self._typed_error(error)
-            if not mentions_secret(error, self._secrets()):
-                raise typed from error
-        else:
-            return
+            return self._typed_error(error)
+
+        try:
+            call_translating(probe.ping, redis.exceptions.RedisError, translate, self._secrets)
         finally:
             probe_pool.disconnect()
-        raise typed  # outside the handler: the driver's error, which shows a password, stays out
 
     # ------------------------------------------------------------- helpers
     def _redacted_url(self) -> str:

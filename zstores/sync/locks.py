@@ -443,7 +443,8 @@ _REDIS_POLL = 0.002  # seconds between attempts on a held Redis lock
 class RedisLock:
     """The lock of one key of a ``RedisSynchronizer``: a Redis key with a lease."""
 
-    def __init__(self, key: str, lock: Any, timeout: float | None, owner: RedisSynchronizer) -> None:
+    def __init__(self, key: str, lock: Any, timeout: float | None,
+                 owner: RedisSynchronizer) -> None:
         self.key = key
         self.name = lock.name
         self._lock = lock
@@ -581,9 +582,11 @@ class RedisSynchronizer:
         from ..stores.redis import typed_redis_error
 
         def translate(error: BaseException) -> Exception:
-            return typed_redis_error(error, f"RedisSynchronizer {self._describe()}", self._secrets())
+            name = f"RedisSynchronizer {self._describe()}"
+            return typed_redis_error(error, name, self._secrets())
 
-        driver_errors = (exceptions.ConnectionError, exceptions.TimeoutError, exceptions.ResponseError)
+        driver_errors = (exceptions.ConnectionError, exceptions.TimeoutError,
+                         exceptions.ResponseError)
         return call_translating(call, driver_errors, translate, self._secrets)
 
     def lock_name(self, key: str) -> str:
