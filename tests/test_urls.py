@@ -194,6 +194,65 @@ def test_redact_url():
     assert redact_url("/data/a@b:c") == "/data/a@b:c"
 
 
+def test_secrets_live_in_one_module():
+    # zstores.urls.redact_url and StoreURLError stay importable (documented) and are
+    # the one implementation, not copies.
+    import zstores.errors
+    import zstores.secrets
+    import zstores.urls
+
+    assert zstores.urls.redact_url is zstores.secrets.redact_url
+    assert zstores.urls.StoreURLError is zstores.errors.StoreURLError
+    assert zstores.secrets.secrets_of("mongodb://u:p%40ss@h/?password=x") == ["p%40ss", "p@ss", "x"]
+    assert zstores.secrets.scrub("a p@ss\nb p%40ss", ["p@ss", "p%40ss"]) == "a *** b ***"
+
+
+def _imports_of(path) -> set[str]:
+    """The absolute module names a source file imports (relative ones resolved)."""
+    import ast
+
+    package = "zstores." + ".".join(path.relative_to(path.parents[1]).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                found.add(f"{base}.{node.module}" if node.module else base)
+            else:
+                found.add(node.module or "")
+    return found
+
+
+def test_stores_import_neither_urls_nor_sync():
+    """The layers point one way: urls (the factory) and sync build on stores, never
+    the reverse (issue #14)."""
+    from pathlib import Path
+
+    import zstores.stores
+
+    folder = Path(zstores.stores.__file__).parent
+    wrong = {f"{path.name}: {name}" for path in sorted(folder.glob("*.py"))
+             for name in _imports_of(path)
+             if name.startswith(("zstores.urls", "zstores.sync"))}
+    assert not wrong, wrong
+
+
+def test_opening_a_single_writer_store_loads_no_synchronizer():
+    # (zstores/__init__ imports urls for open_store, so only sync can be checked here.)
+    import subprocess
+    import sys
+
+    code = ("import sys, tempfile, os; from zstores.stores.zip import ZipStore; "
+            "from zstores.stores.dbm import DBMStore; from zstores.stores.redis import RedisStore; "
+            "d = tempfile.mkdtemp(); ZipStore(os.path.join(d, 'a.zip'), mode='w').close(); "
+            "DBMStore(os.path.join(d, 'a.db'), mode='w').close(); "
+            "print(sorted(m for m in sys.modules if m.startswith('zstores.sync')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", result.stdout
+
+
 @pytest.mark.parametrize(
     "url",
     [
