@@ -545,6 +545,15 @@ class MongoDBStore(Store):
         return doc[SIZE] if SIZE in doc else len(self._get(key))
 
     @network_errors_as
+    def _stat(self, key: str) -> int | None:
+        # One find_one of the size field: no document is no key, so an empty
+        # value needs no second query (the fallback's _contains).
+        doc = self._docs.find_one({KEY: key}, {"_id": 0, SIZE: 1})
+        if doc is None:
+            return None
+        return doc[SIZE] if SIZE in doc else len(self._get(key))
+
+    @network_errors_as
     def _getsize_prefix(self, prefix: str) -> int:
         total = 0
         for doc in self._docs.find(self._under(prefix), {"_id": 0, KEY: 1, SIZE: 1}):

@@ -49,6 +49,14 @@ if first >= stop then return '' end
 return redis.call('GETRANGE', KEYS[1], first, stop - 1)
 """
 
+# A key's size, or -1 if there is no such key, in one round trip: STRLEN alone
+# answers 0 for a missing key (the same test as the range script's first lines).
+_STAT_SCRIPT = """
+local size = redis.call('STRLEN', KEYS[1])
+if size == 0 and redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+return size
+"""
+
 # Bytes of values per MSET: the server reads a whole command into its query
 # buffer (at most 1 GiB) before running it, so larger batches become several
 # MSETs in one MULTI/EXEC transaction.
@@ -308,6 +316,7 @@ class RedisStore(Store):
         if self._client.connection_pool.connection_kwargs.get("decode_responses"):
             raise ValueError("RedisStore needs a client with decode_responses=False (values are bytes)")
         self._range = self._client.register_script(_RANGE_SCRIPT)
+        self._stat_script = self._client.register_script(_STAT_SCRIPT)
         try:
             self._ping()
             if self._mode in ("r", "r+", "w-"):
@@ -492,6 +501,11 @@ class RedisStore(Store):
     @network_errors_as
     def _getsize_key(self, key: str) -> int:
         return self._client.strlen(self._base + key)
+
+    @network_errors_as
+    def _stat(self, key: str) -> int | None:
+        size = self._stat_script(keys=[self._base + key])
+        return None if size < 0 else size
 
     @network_errors_as
     def _getsize_prefix(self, prefix: str) -> int:
