@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import missing_peer
 
 from zstores import Store
+
+from conftest import missing_peer
 
 #: Backends every file operation is tested on (redis and mongodb need servers).
 BACKENDS = ["memory", "directory", "zip", "dbm", "lmdb", "sqlite", "redis", "mongodb"]

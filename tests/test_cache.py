@@ -9,12 +9,13 @@ import threading
 
 import numpy as np
 import pytest
-from raw_access import DirectoryRawHooks, MemoryRawHooks, SQLiteRawHooks
 
 import zstores
 from zstores import DirectoryStore, LMDBStore, LRUStoreCache, MemoryStore, SQLiteStore
 from zstores.testing import StoreTests
 from zstores.wrappers import cache as cache_module
+
+from raw_access import DirectoryRawHooks, MemoryRawHooks, SQLiteRawHooks
 
 
 class TestCacheOverMemory(MemoryRawHooks, StoreTests):

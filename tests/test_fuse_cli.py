@@ -13,15 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import missing_peer
-from fuse_helpers import ZFUSE, no_mount_left_behind, require_fuse, run_zfuse, zfuse_mounts
 
 import zfuse
 from zstores import ZipStore
 from zstores.stores.lmdb import LMDBStore
 from zstores.stores.sqlite import SQLiteStore
 
-__all__ = ["no_mount_left_behind"]
+from conftest import missing_peer
+from fuse_helpers import ZFUSE, require_fuse, run_zfuse, zfuse_mounts
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -325,9 +324,9 @@ def test_a_busy_unmount_names_the_lazy_option(tmp_path: Path, mountpoint: Path) 
             busy = run_zfuse("unmount", str(mountpoint))
             assert busy.returncode == 1 and zfuse.is_mounted(mountpoint)
             assert busy.stderr.strip().splitlines() == [
-                f"zfuse: error: cannot unmount {mountpoint}: {mountpoint} is busy (a process "
-                "has a file or its working directory in it); close what uses it or run "
-                f"`zfuse unmount --lazy {mountpoint}`"]
+                (f"zfuse: error: cannot unmount {mountpoint}: {mountpoint} is busy (a process "
+                 "has a file or its working directory in it); close what uses it or run "
+                 f"`zfuse unmount --lazy {mountpoint}`")]
             lazy = run_zfuse("unmount", "--lazy", str(mountpoint))
             assert lazy.returncode == 0, lazy.stderr
             assert not zfuse.is_mounted(mountpoint)

@@ -5,15 +5,12 @@ import os
 from types import SimpleNamespace
 
 import pytest
-from full_disk import small_fs
 from mfusepy import FuseOSError
 
 from zfuse.handles import Handle, OpenFile
 from zfuse.operations import StoreOperations
 from zstores import DirectoryStore, MemoryStore
 from zstores.errors import StoreClosedError
-
-__all__ = ["small_fs"]
 
 
 def test_a_late_release_does_not_bring_back_a_committed_buffer() -> None:

@@ -26,14 +26,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from full_disk import check_acknowledged, check_value, read_log, small_filesystem
-from fuse_helpers import (
-    make_store,
-    mountpoint,
-    no_mount_left_behind,
-    require_fuse,
-    run_zfuse,
-)
 from mfusepy import FuseOSError
 
 import zfuse
@@ -51,7 +43,8 @@ from zstores.errors import (
     UnsafePathError,
 )
 
-__all__ = ["mountpoint", "no_mount_left_behind"]
+from full_disk import check_acknowledged, check_value, read_log, small_filesystem
+from fuse_helpers import make_store, require_fuse, run_zfuse
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -105,12 +98,12 @@ def test_every_operation_that_makes_a_name_checks_it_itself() -> None:
     for bad, code in [("/" + TOO_LONG[0], errno.ENAMETOOLONG),
                       ("/" + TOO_LONG[2], errno.ENAMETOOLONG),
                       ("/" + NOT_UTF8.decode("utf-8", "surrogateescape"), errno.EILSEQ)]:
-        attempts = {
-            "create": lambda: ops.create(bad, 0o644, fi),
-            "mknod": lambda: ops.mknod(bad, 0o100644, 0),
-            "mkdir": lambda: ops.mkdir(bad, 0o755),
-            "rename": lambda: ops.rename("/src", bad),
-            "link": lambda: ops.link(bad, "/src"),
+        attempts = {  # bad=bad: each call sees this round's name
+            "create": lambda bad=bad: ops.create(bad, 0o644, fi),
+            "mknod": lambda bad=bad: ops.mknod(bad, 0o100644, 0),
+            "mkdir": lambda bad=bad: ops.mkdir(bad, 0o755),
+            "rename": lambda bad=bad: ops.rename("/src", bad),
+            "link": lambda bad=bad: ops.link(bad, "/src"),
         }
         for name, attempt in attempts.items():
             with pytest.raises(FuseOSError) as raised:

@@ -14,7 +14,6 @@ import importlib
 from pathlib import Path
 
 import pytest
-from fuse_helpers import make_store
 from mfusepy import FuseOSError
 
 import zfuse
@@ -23,6 +22,8 @@ from zfuse.mounttable import is_mounted, mount_entry, unescape
 from zfuse.names import listable, name_error
 from zfuse.view import StoreView
 from zstores import Store
+
+from fuse_helpers import make_store
 
 ZFUSE = Path(zfuse.__file__).parent
 

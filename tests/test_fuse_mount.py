@@ -16,14 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from fuse_helpers import mountpoint, no_mount_left_behind, require_fuse, run_zfuse
 
 import zfuse
 from zfuse.mount import READ_AHEAD_KIB
 from zfuse.operations import ReadOnlyOperations
 from zstores import MemoryStore
 
-__all__ = ["mountpoint", "no_mount_left_behind"]
+from fuse_helpers import require_fuse, run_zfuse
 
 pytestmark = pytest.mark.timeout(120)
 

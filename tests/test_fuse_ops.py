@@ -18,12 +18,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import missing_peer
-from fuse_helpers import BACKENDS, keys_under, make_store, no_mount_left_behind, require_fuse
 
 import zfuse
 
-__all__ = ["no_mount_left_behind"]
+from conftest import missing_peer
+from fuse_helpers import BACKENDS, keys_under, make_store, require_fuse
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -65,7 +64,8 @@ def value(fs: Mounted, path: Path) -> bytes:
 
 
 def run(*command: str | Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=60,
+                          check=False)
     assert done.returncode == 0, f"{command} failed: {done.stderr}"
     return done
 

@@ -9,14 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import missing_peer
-from fuse_helpers import mountpoint, no_mount_left_behind
 
 import zfuse
 from zstores.stores.lmdb import LMDBStore
 from zstores.stores.sqlite import SQLiteStore
 
-__all__ = ["mountpoint", "no_mount_left_behind"]
+from conftest import missing_peer
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -22,11 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import zstores_cmd
-from fuse_helpers import mountpoint, run_zfuse, zfuse_mounts  # noqa: F401 - a fixture
-from raw_access import mongodb_get, mongodb_set
-from servers import free_port, private_mongodb, silent_server  # noqa: F401 - a fixture
-from zarr2_roundtrip import decode_array
 
 from zstores.errors import (
     InvalidKeyError,
@@ -39,8 +34,14 @@ from zstores.stores.mongodb import PART_SIZE, MongoDBStore, client_url_options
 from zstores.testing import StoreTests
 from zstores.urls import StoreURLError, open_store
 
+from cli_helpers import zstores_cmd
+from fuse_helpers import run_zfuse, zfuse_mounts
+from raw_access import mongodb_get, mongodb_set
+from servers import free_port, silent_server
+from zarr2_roundtrip import decode_array
+
 pymongo = pytest.importorskip("pymongo")
-from pymongo import monitoring
+from pymongo import monitoring  # noqa: E402 - only once importorskip found pymongo
 
 MiB = 1 << 20
 TIMEOUT = {"serverSelectionTimeoutMS": 5000}
@@ -139,7 +140,8 @@ def recorder():
 
 @pytest.fixture
 def store(mongodb_url, database, recorder):
-    with MongoDBStore(mongodb_url, database=database, event_listeners=[recorder], **TIMEOUT) as opened:
+    with MongoDBStore(mongodb_url, database=database, event_listeners=[recorder],
+                      **TIMEOUT) as opened:
         yield opened
 
 
@@ -173,7 +175,8 @@ def test_listing_and_membership_never_fetch_values(store, recorder):
         if command["name"] == "find":
             # (getsize of a path may first look for it as a key: its size only)
             assert command["projection"] in (
-                {"_id": 0, "key": 1}, {"_id": 0, "key": 1, "size": 1}, {"_id": 0, "size": 1}), command
+                {"_id": 0, "key": 1}, {"_id": 0, "key": 1, "size": 1}, {"_id": 0, "size": 1},
+            ), command
     received = json.dumps([reply for reply in recorder.replies], default=str)
     assert "VVVV" not in received
     assert len(received) < 50_000
@@ -375,7 +378,8 @@ def test_server_down_and_back(private_mongodb, tmp_path):
         "reader": lambda: reader["a"],
     }
     for name, call in calls.items():
-        with pytest.raises(StoreConnectionError, match=f"mongodb://127.0.0.1:{server.port}") as info:
+        where = f"mongodb://127.0.0.1:{server.port}"
+        with pytest.raises(StoreConnectionError, match=where) as info:
             call()
         assert isinstance(info.value, ConnectionError), name
     # A read-only store refuses writes before any round trip.
@@ -419,7 +423,8 @@ def test_server_killed_in_the_middle_of_a_large_write(private_mongodb):
     thread = threading.Thread(target=write)
     thread.start()
     try:
-        while (parts.count_documents({}), docs.find_one({"key": "big"}, {"_id": 0, "parts": 1})) == before:
+        while (parts.count_documents({}),
+               docs.find_one({"key": "big"}, {"_id": 0, "parts": 1})) == before:
             pass
     finally:
         server.process.kill()  # no shutdown: whatever was committed stays, nothing more
@@ -436,7 +441,8 @@ def test_password_never_shown():
     port = free_port()  # nothing listens here
     url = f"mongodb://zarr-user:hunter2-secret@127.0.0.1:{port}/?authSource=admin"
     started = time.monotonic()
-    with pytest.raises(StoreConnectionError, match=r"within 0\.3 s \(serverSelectionTimeoutMS\)") as info:
+    within = r"within 0\.3 s \(serverSelectionTimeoutMS\)"
+    with pytest.raises(StoreConnectionError, match=within) as info:
         MongoDBStore(url, database="db", serverSelectionTimeoutMS=300)
     assert time.monotonic() - started < 0.3 + MARGIN  # the lower of the two timeouts
     shown = "".join(traceback.format_exception(info.value))

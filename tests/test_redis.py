@@ -17,15 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import zstores_cmd
-from conftest import missing_peer
-from full_disk import check_acknowledged, delete_half_and_refill, fill_until_full
-from raw_access import redis_get, redis_set
-from fuse_helpers import mountpoint, run_zfuse, zfuse_mounts  # noqa: F401 - a fixture
-from servers import free_port, private_redis, silent_server  # noqa: F401 - a fixture
-from zarr2_roundtrip import decode_array
-
-import zstores
 
 from zstores.errors import (
     ReadOnlyError,
@@ -40,6 +31,14 @@ from zstores.stores.redis import RedisStore, client_url_options, glob_escape
 from zstores.testing import StoreTests
 from zstores.urls import StoreURLError, open_store, redact_url
 
+from cli_helpers import zstores_cmd
+from conftest import missing_peer
+from full_disk import check_acknowledged, delete_half_and_refill, fill_until_full
+from fuse_helpers import run_zfuse, zfuse_mounts
+from raw_access import redis_get, redis_set
+from servers import free_port, silent_server
+from zarr2_roundtrip import decode_array
+
 redis = pytest.importorskip("redis")
 
 MiB = 1 << 20
@@ -53,7 +52,8 @@ def prefix_for(location: Path) -> str:
 
 def delete_prefix(url: str, prefix: str) -> None:
     client = redis.Redis.from_url(url)
-    for name in list(client.scan_iter(match=glob_escape(prefix.encode() + b":") + b"*", count=1000)):
+    pattern = glob_escape(prefix.encode() + b":") + b"*"
+    for name in list(client.scan_iter(match=pattern, count=1000)):
         client.delete(name)
     client.close()
 
@@ -157,7 +157,8 @@ def test_commands_are_batched_and_never_keys(private_redis):
     assert counts(lambda: store.stat("g/none")) == {"evalsha": 1, "strlen": 1, "exists": 1}
     assert counts(lambda: store.delitems(keys[:100])) == {"del": 1}
     store.get_range("g/200", -1)  # the first call loads the script
-    assert counts(lambda: store.get_range("g/200", -1)) == {"evalsha": 1, "strlen": 1, "getrange": 1}
+    assert counts(lambda: store.get_range("g/200", -1)) == {
+        "evalsha": 1, "strlen": 1, "getrange": 1}
     removal = counts(lambda: store.rmdir("g"))
     assert set(removal) == {"scan", "unlink"} and removal["unlink"] <= removal["scan"] <= 10
     assert len(store) == 0
@@ -184,7 +185,8 @@ def test_get_range_cases_match_python_slices(store):
     store["short"] = b"abcde"
     for start in (-2000, -1024, -10, -1, 0, 1, 500, 1023, 1024, 5000):
         for length in (None, 0, 1, 3, 1000, 5000):
-            stop = None if length is None else (start if start >= 0 else max(len(value) + start, 0)) + length
+            first = start if start >= 0 else max(len(value) + start, 0)
+            stop = None if length is None else first + length
             assert store.get_range("v", start, length) == value[start:stop], (start, length)
     assert store.get_range("short", -10, 3) == b"abc"  # GETRANGE alone would give b"a"
     store["empty"] = b""
@@ -401,7 +403,8 @@ result = {
 
 def test_reads_what_zarr2_wrote(redis_url, zarr2):
     prefix = "zt-zarr2-write"
-    written = {k: bytes.fromhex(v) for k, v in zarr2.run(ZARR2_WRITE, url=redis_url, prefix=prefix).items()}
+    written = {k: bytes.fromhex(v)
+               for k, v in zarr2.run(ZARR2_WRITE, url=redis_url, prefix=prefix).items()}
     with RedisStore(redis_url, prefix=prefix, mode="r") as store:
         contents = {key: store[key] for key in store}
         assert contents == written

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import sync_workers as workers
 
 from zstores.errors import StoreConnectionError, StoreIOError
 from zstores.stores.dbm import DBMStore
@@ -44,8 +43,10 @@ from zstores.sync import (
 )
 from zstores.sync.chunks import normalize_selection, split
 
+import sync_workers as workers
+
 zarr = pytest.importorskip("zarr")
-from zstores.adapters import zarr_store  # needs zarr
+from zstores.adapters import zarr_store  # noqa: E402 - needs zarr
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -116,7 +117,7 @@ def test_lock_file_names_stay_in_the_folder_and_never_collide(tmp_path):
     names = [sync.lock_name(key) for key in keys]
     assert len(set(names)) == len(keys)
     assert len({name.lower() for name in names}) == len(keys)  # case-insensitive file systems
-    for key, name in zip(keys, names):
+    for key, name in zip(keys, names, strict=True):
         assert os.path.dirname(name) == str(tmp_path / "locks"), key
         assert len(os.path.basename(name).encode()) < 255
         with sync[key]:
@@ -376,7 +377,8 @@ def test_lock_keys_are_the_keys_zarr3_writes(options, path, tmp_path):
     grid = options.get("shards", chunks)
     assert layout.grid == grid
     for coords in [(0, 0), (1, 1), (3, 1)]:
-        assert layout.chunk_key(coords) == (path + "/" if path else "") + array.metadata.encode_chunk_key(coords)
+        expected = (path + "/" if path else "") + array.metadata.encode_chunk_key(coords)
+        assert layout.chunk_key(coords) == expected
     before = set(store)
     selection = (slice(2, 7), slice(1, 6))
     proxy[selection] = 5
@@ -503,7 +505,8 @@ def test_a_write_waits_for_the_lock_of_each_chunk_it_touches(atomic, tmp_path):
 
 # ------------------------------------------------- processes writing stripes
 def stripe_arguments(target, stripes: int, rounds: int) -> list[tuple]:
-    return [(target, workers.stripes_of(w, WRITERS, stripes), WIDTH, rounds) for w in range(WRITERS)]
+    return [(target, workers.stripes_of(w, WRITERS, stripes), WIDTH, rounds)
+            for w in range(WRITERS)]
 
 
 @pytest.mark.parametrize("backend", PROCESS_SAFE)
@@ -551,7 +554,8 @@ def test_parallel_appends_keep_every_block_once(pool, tmp_path):
     try:
         array = make_array(store, (0,), (5,))
         proxy = synchronized(array, ProcessSynchronizer(tmp_path / "locks", timeout=WAIT))
-        labels = run_all(pool, workers.append_blocks, [(proxy, w, blocks, size) for w in range(WRITERS)])
+        labels = run_all(pool, workers.append_blocks,
+                         [(proxy, w, blocks, size) for w in range(WRITERS)])
         proxy.refresh()
         data = proxy[:]
         assert data.shape == (WRITERS * blocks * size,)
@@ -566,7 +570,8 @@ def test_atomic_region_writes_are_never_seen_half_done(pool, tmp_path):
     store = LMDBStore(tmp_path / "data.lmdb", mode="w")
     try:
         array = make_array(store, (40,), (10,))
-        proxy = synchronized(array, ProcessSynchronizer(tmp_path / "locks", timeout=WAIT), atomic=True)
+        synchronizer = ProcessSynchronizer(tmp_path / "locks", timeout=WAIT)
+        proxy = synchronized(array, synchronizer, atomic=True)
         proxy[:] = 0
         writing = pool.apply_async(workers.write_whole_regions, (proxy, 5, 35, 40))
         reads, seen = 0, set()
@@ -691,7 +696,8 @@ SINGLE_WRITER = [
 ]
 
 
-@pytest.mark.parametrize("name,cls,filename,kwargs", SINGLE_WRITER, ids=[s[0] for s in SINGLE_WRITER])
+@pytest.mark.parametrize("name,cls,filename,kwargs", SINGLE_WRITER,
+                         ids=[s[0] for s in SINGLE_WRITER])
 def test_second_writer_process_is_refused_at_open(pool, name, cls, filename, kwargs, tmp_path):
     path = str(tmp_path / filename)
     store = cls(path, mode="w", **kwargs)

@@ -7,7 +7,6 @@ import time
 import zipfile
 
 import pytest
-from servers import free_port, private_redis, silent_server  # noqa: F401 - a fixture
 
 from zstores.adapters import zarr_store
 from zstores.errors import StoreConnectionError, StoreNotFoundError
@@ -18,6 +17,8 @@ from zstores.stores.memory import MemoryStore
 from zstores.stores.sqlite import SQLiteStore
 from zstores.stores.zip import ZipStore
 from zstores.urls import SCHEMES, StoreURLError, open_store, redact_url
+
+from servers import free_port, silent_server
 
 
 def opened(url, **kwargs):
@@ -249,7 +250,8 @@ def test_opening_a_single_writer_store_loads_no_synchronizer():
             "d = tempfile.mkdtemp(); ZipStore(os.path.join(d, 'a.zip'), mode='w').close(); "
             "DBMStore(os.path.join(d, 'a.db'), mode='w').close(); "
             "print(sorted(m for m in sys.modules if m.startswith('zstores.sync')))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
     assert result.stdout.strip() == "[]", result.stdout
 
 

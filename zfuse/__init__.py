@@ -25,7 +25,7 @@ from ._libfuse import libfuse_version, load_mfusepy
 
 load_mfusepy()  # before any module of ours imports it: it picks the libfuse
 
-from .mount import (
+from .mount import (  # noqa: E402 - after load_mfusepy(), as said above
     Mount,
     MountError,
     check_mountpoint,

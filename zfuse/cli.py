@@ -217,7 +217,8 @@ def _list(as_json: bool) -> int:
         rows.append((info.mountpoint, "-" if info.pid is None else str(info.pid), mode, store))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3])
+        cells = (cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
+        print("  ".join(cells) + "  " + row[3])
     return 0
 
 

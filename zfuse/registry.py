@@ -1,7 +1,7 @@
 """What zfuse has mounted on this machine: the mount table plus a small record per mount.
 
-The kernel's mount table (``/proc/self/mountinfo``, read by ``zfuse.mounttable``) says where zfuse mounts
-are (filesystem type ``fuse.zfuse``) and, for mounts made by the ``zfuse``
+The kernel's mount table (``/proc/self/mountinfo``, read by ``zfuse.mounttable``) says
+where zfuse mounts are (filesystem type ``fuse.zfuse``) and, for mounts made by the ``zfuse``
 command, the serving process (the source is ``zfuse-PID``).  It cannot say
 which store a mount shows, so the serving process also writes a record, a
 small JSON file per mount point, in the runtime folder (``runtime_dir``) and

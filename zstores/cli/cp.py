@@ -34,6 +34,7 @@ from ._common import (
     shown,
     subcommand,
 )
+from ._merge import merge_conflict
 from ._output import (
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -45,7 +46,6 @@ from ._output import (
     progress_bar,
     progress_wanted,
 )
-from ._merge import merge_conflict
 from ._tree import keys_under
 
 __all__ = ["add_parser", "run"]

@@ -378,7 +378,7 @@ def _regions(pos_sizes: Any) -> list[tuple[int, int]]:
 
 def _line(raw: bytes, pos_size: tuple[int, int]) -> bytes:
     # dbm.dumb's own line: the key decoded as Latin-1, repr'd; the same encoding back.
-    return ("%r, %r\n" % (raw.decode("Latin-1"), pos_size)).encode("Latin-1")
+    return f"{raw.decode('Latin-1')!r}, {pos_size!r}\n".encode("Latin-1")
 
 
 def _pwrite_all(fd: int, data: bytes, position: int) -> None:

@@ -60,7 +60,9 @@ def backend_error(cls: type[E], store: str, what: str, secrets: Iterable[str],
     return cls(*args, f"{message}: {detail}" if detail else message)
 
 
-def connection_error(store: str, where: str, secrets: list[str], error: BaseException) -> StoreConnectionError:
+def connection_error(
+    store: str, where: str, secrets: list[str], error: BaseException
+) -> StoreConnectionError:
     """A ``StoreConnectionError`` naming the store and its redacted URL."""
     return backend_error(StoreConnectionError, f"{store} {where}", "could not talk to the server",
                          secrets, error)
@@ -152,10 +154,11 @@ def check_url_options(url: str, client: Collection[str], own: Collection[str],
     >>> check_url_options("redis://h/0?socket_timeout=1", {"socket_timeout"}, {"prefix"},
     ...                   "redis-py", "RedisStore")
     >>> check_url_options("redis://:pw@h/0?prefx=a", {"db", "socket_timeout"}, {"prefix"},
-    ...                   "redis-py", "RedisStore")
+    ...                   "redis-py", "RedisStore")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    zstores.errors.StoreURLError: unknown option 'prefx' for redis:// in 'redis://:***@h/0?prefx=a'; known options: prefix (zstores) and db, socket_timeout (redis-py)
+    zstores.errors.StoreURLError: unknown option 'prefx' for redis:// in
+    'redis://:***@h/0?prefx=a'; known options: prefix (zstores) and db, socket_timeout (redis-py)
     """
     scheme = urlsplit(url).scheme
     for name in query_names(url):

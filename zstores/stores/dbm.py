@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dbm
 import dbm.dumb
-import importlib
 import errno
+import importlib
 import os
 import sqlite3
 import sys
@@ -24,8 +24,8 @@ from ..errors import (
     UnsupportedOperationError,
     ZStoresError,
 )
-from ._single_writer import writer_lock
 from ._dumb import DumbFiles, ShortValue, is_dumb
+from ._single_writer import writer_lock
 
 __all__ = ["DBMStore", "open_existing_or_dumb"]
 

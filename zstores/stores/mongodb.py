@@ -334,7 +334,8 @@ class MongoDBStore(Store):
         # rather than capping it: keep the lower of the two.
         timeout, option = self._connect_timeout, "connect_timeout"
         if self._client.options.server_selection_timeout < timeout:
-            timeout, option = self._client.options.server_selection_timeout, "serverSelectionTimeoutMS"
+            timeout = self._client.options.server_selection_timeout
+            option = "serverSelectionTimeoutMS"
         timeouts = (pymongo.errors.ServerSelectionTimeoutError, pymongo.errors.NetworkTimeout)
 
         def translate(error: BaseException) -> Exception:
@@ -446,7 +447,8 @@ class MongoDBStore(Store):
         for _ in range(_READ_ATTEMPTS):
             version = doc[PARTS]
             found = {part["n"]: part["data"]
-                     for part in self._parts.find({"version": version}, {"_id": 0, "n": 1, "data": 1})}
+                     for part in self._parts.find({"version": version},
+                                                  {"_id": 0, "n": 1, "data": 1})}
             if found and sorted(found) == list(range(len(found))):
                 value = b"".join(found[n] for n in range(len(found)))
                 if len(value) == doc[SIZE]:
@@ -482,7 +484,8 @@ class MongoDBStore(Store):
     @network_errors_as
     def _set(self, key: str, value: Buffer) -> None:
         update = self._update_for(key, value)
-        old = self._docs.find_one_and_update({KEY: key}, update, projection=_PARTS_ONLY, upsert=True)
+        old = self._docs.find_one_and_update({KEY: key}, update, projection=_PARTS_ONLY,
+                                             upsert=True)
         if old:
             self._drop_parts([old.get(PARTS)])
 
@@ -508,7 +511,8 @@ class MongoDBStore(Store):
         for i in range(0, len(keys), _BATCH):
             batch = keys[i:i + _BATCH]
             # All the documents in the first reply, as far as 16 MiB allows.
-            cursor = self._docs.find({KEY: {"$in": batch}}, {**_FIELDS, KEY: 1}, batch_size=len(batch))
+            cursor = self._docs.find({KEY: {"$in": batch}}, {**_FIELDS, KEY: 1},
+                                     batch_size=len(batch))
             for doc in cursor:
                 found[doc[KEY]] = self._value_of(doc[KEY], doc)
         return found
@@ -572,7 +576,8 @@ class MongoDBStore(Store):
         else:
             update = {"$set": {VALUE: doc[VALUE], SIZE: len(doc[VALUE])}, "$unset": {PARTS: ""}}
         # The destination holds a whole value throughout; the source goes last.
-        old = self._docs.find_one_and_update({KEY: dst}, update, projection=_PARTS_ONLY, upsert=True)
+        old = self._docs.find_one_and_update({KEY: dst}, update, projection=_PARTS_ONLY,
+                                             upsert=True)
         gone = self._docs.find_one_and_delete({KEY: src}, projection=_PARTS_ONLY)
         moved = doc.get(PARTS)
         self._drop_parts(d.get(PARTS) for d in (old, gone) if d and d.get(PARTS) != moved)

@@ -124,7 +124,8 @@ def client_url_options(scheme: str) -> frozenset[str]:
     --------
     >>> "socket_timeout" in client_url_options("redis")
     True
-    >>> "ssl_ca_certs" in client_url_options("redis"), "ssl_ca_certs" in client_url_options("rediss")
+    >>> ("ssl_ca_certs" in client_url_options("redis"),
+    ...  "ssl_ca_certs" in client_url_options("rediss"))
     (False, True)
     """
     parsed = frozenset(_import_redis().connection.URL_QUERY_ARGUMENT_PARSERS)
@@ -287,7 +288,8 @@ class RedisStore(Store):
         super().__init__(mode=mode)
         redis = _import_redis()
         if not isinstance(prefix, str) or not prefix:
-            raise ValueError(f"invalid prefix {prefix!r}: the prefix option must be a non-empty str")
+            raise ValueError(
+                f"invalid prefix {prefix!r}: the prefix option must be a non-empty str")
         self._connect_timeout = check_connect_timeout(connect_timeout)
         self._prefix = prefix
         self._base = prefix + ":"
@@ -314,7 +316,8 @@ class RedisStore(Store):
         else:
             raise TypeError(f"url must be a str or a redis.Redis client, not {type(url).__name__}")
         if self._client.connection_pool.connection_kwargs.get("decode_responses"):
-            raise ValueError("RedisStore needs a client with decode_responses=False (values are bytes)")
+            raise ValueError(
+                "RedisStore needs a client with decode_responses=False (values are bytes)")
         self._range = self._client.register_script(_RANGE_SCRIPT)
         self._stat_script = self._client.register_script(_STAT_SCRIPT)
         try:
@@ -473,7 +476,7 @@ class RedisStore(Store):
         if not keys:
             return {}
         values = self._client.mget([self._base + key for key in keys])
-        return {key: value for key, value in zip(keys, values) if value is not None}
+        return {key: value for key, value in zip(keys, values, strict=True) if value is not None}
 
     @network_errors_as
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:

@@ -138,7 +138,8 @@ def normalize_selection(selection: Any, shape: tuple[int, ...]) -> tuple[Axis, .
             f"too many indices for an array of shape {shape}: {len(items)} given"
         )
     items = items + (slice(None),) * (len(shape) - len(items))
-    return tuple(_axis(item, size, dim) for dim, (item, size) in enumerate(zip(items, shape)))
+    pairs = enumerate(zip(items, shape, strict=True))
+    return tuple(_axis(item, size, dim) for dim, (item, size) in pairs)
 
 
 def _axis(item: Any, size: int, dim: int) -> Axis:
@@ -190,7 +191,7 @@ def _axis_parts(axis: Axis, chunk: int) -> list[tuple[int, int | slice, slice | 
 
 def split(axes: tuple[Axis, ...], grid: tuple[int, ...]) -> Iterator[Part]:
     """The parts of a normalized selection, one per stored chunk, in grid order."""
-    per_axis = [_axis_parts(axis, chunk) for axis, chunk in zip(axes, grid)]
+    per_axis = [_axis_parts(axis, chunk) for axis, chunk in zip(axes, grid, strict=True)]
     for combination in itertools.product(*per_axis):
         yield Part(
             coords=tuple(index for index, _, _ in combination),

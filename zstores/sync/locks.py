@@ -77,7 +77,8 @@ def _check_timeout(timeout: float | None) -> float | None:
         return None
     timeout = float(timeout)
     if not timeout >= 0:
-        raise ValueError(f"invalid timeout {timeout!r}: must be >= 0 seconds, or None to wait forever")
+        raise ValueError(
+            f"invalid timeout {timeout!r}: must be >= 0 seconds, or None to wait forever")
     return timeout
 
 

@@ -144,7 +144,7 @@ def run_stateful_test(tests: StoreTests, tmp_path_factory: pytest.TempPathFactor
             if not moved or src == dst or dst.startswith(src + "/"):
                 return
             self.store.rename(src, dst)
-            for key, value in moved.items():
+            for key in moved:
                 del self.model[key]
             for key, value in moved.items():
                 self.model[dst + key[len(src):]] = value

@@ -125,7 +125,8 @@ class StoreTests:
 
     @pytest.mark.parametrize(
         "key",
-        [".zgroup", "foo/.zarray", "foo/bar/0.0", "a/b/c/d/e/f", "données/ü", "with space", "x-y_z"],
+        [".zgroup", "foo/.zarray", "foo/bar/0.0", "a/b/c/d/e/f", "données/ü", "with space",
+         "x-y_z"],
     )
     def test_set_get_delete(self, store: Store, key: str) -> None:
         store[key] = b"hello"
@@ -684,7 +685,8 @@ class StoreTests:
         if store.persistent:
             store["k"] = b"v"
             store.close()
-            with self.open_store(location, mode="r") as first, self.open_store(location, mode="r") as second:
+            with self.open_store(location, mode="r") as first, \
+                    self.open_store(location, mode="r") as second:
                 assert first == second
                 assert hash(first) == hash(second)
 
@@ -826,9 +828,12 @@ class StoreTests:
         store.setitems({key: values[key][0] for key in keys[1::2]})
         for key, (_, expected) in values.items():
             held = self.raw_get(store, key)
-            assert held == expected, f"{key!r}: the backend holds {_shown(held)}, expected {_shown(expected)}"
+            assert held == expected, (
+                f"{key!r}: the backend holds {_shown(held)}, expected {_shown(expected)}")
 
-    def test_raw_overwrites_and_deletes_reach_the_backend(self, store: Store, location: Path) -> None:
+    def test_raw_overwrites_and_deletes_reach_the_backend(
+        self, store: Store, location: Path
+    ) -> None:
         self.require_raw_hook("raw_get")
         store.update({"raw/k": b"old", "raw/gone": b"1", "raw/batch/1": b"2", "raw/batch/2": b"3",
                       "raw/dir/x": b"4", "raw/dir/y/z": b"5", "raw/from": b"6"})
@@ -841,12 +846,14 @@ class StoreTests:
                     "raw/dir/x": None, "raw/dir/y/z": None, "raw/from": None, "raw/to": b"6"}
         for key, value in expected.items():
             held = self.raw_get(store, key)
-            assert held == value, f"{key!r}: the backend holds {_shown(held)}, expected {_shown(value)}"
+            assert held == value, (
+                f"{key!r}: the backend holds {_shown(held)}, expected {_shown(value)}")
         store = self.reopened_if_closed(store, location)
         try:
             store.clear()
             for key in expected:
-                assert self.raw_get(store, key) is None, f"{key!r} is still in the backend after clear()"
+                assert self.raw_get(store, key) is None, (
+                    f"{key!r} is still in the backend after clear()")
         finally:
             store.close()
 
@@ -867,7 +874,8 @@ class StoreTests:
         stat = getattr(store, "stat", None)  # a public method of newer versions of Store
         for key, value in values.items():
             assert key in store, key
-            assert store[key] == value, f"{key!r}: the store reads {_shown(store[key])}, expected {_shown(value)}"
+            assert store[key] == value, (
+                f"{key!r}: the store reads {_shown(store[key])}, expected {_shown(value)}")
             assert store.get_range(key, 1, 5) == value[1:6], key
             assert store.get_range(key, -3) == value[-3:], key
             assert store.getsize(key) == len(value), key
@@ -903,7 +911,8 @@ class StoreTests:
         store["lay/a/b/c"] = b"abc"
         store["lay/arr/0.1"] = b"chunk"
         store["lay/with space/é"] = b"unicode"
-        for key, value in {"lay/a/b/c": b"abc", "lay/arr/0.1": b"chunk", "lay/with space/é": b"unicode"}.items():
+        layout = {"lay/a/b/c": b"abc", "lay/arr/0.1": b"chunk", "lay/with space/é": b"unicode"}
+        for key, value in layout.items():
             held = self.raw_get(store, key)
             assert held == value, f"{key!r} is not where the format puts it: {_shown(held)} there"
         for absent in ["lay/a/b", "lay/a", "lay", "lay/c", "lay/arr/0", "lay/never"]:
@@ -915,7 +924,8 @@ class StoreTests:
         # Larger than one MongoDB document (16 MiB): stored as parts there.
         self.require_raw_hook("raw_get", "raw_set")
         rng = np.random.default_rng(16)
-        first, second = (rng.integers(0, 256, 20 * MiB + 3, dtype=np.uint8).tobytes() for _ in range(2))
+        first, second = (rng.integers(0, 256, 20 * MiB + 3, dtype=np.uint8).tobytes()
+                         for _ in range(2))
         store["big/0.0"] = first
         assert self.raw_get(store, "big/0.0") == first, "a 20 MiB value is not stored byte for byte"
         self.raw_set(store, "big/0.1", second)
