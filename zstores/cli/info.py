@@ -135,7 +135,7 @@ def array_report(store: Store, node: Node) -> dict[str, Any]:
         report["shards_initialized"] = count_chunks(store, node)
         report["nshards"] = array.nchunks
         report["nchunks"] = array.nchunks * math.prod(
-            s // c for s, c in zip(array.chunks, array.inner_chunks, strict=False) if c)
+            s // c for s, c in zip(array.chunks, array.inner_chunks, strict=True) if c)
     else:
         report["chunks_initialized"] = count_chunks(store, node)
         report["nchunks"] = array.nchunks

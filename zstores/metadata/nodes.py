@@ -100,6 +100,13 @@ class Array:
             inner = v3.inner_chunks(codecs)
         except (TypeError, ValueError, KeyError, AttributeError) as error:
             raise MetadataError(f"not a zarr v3 array document ({error!r})") from None
+        if len(chunks) != len(shape) or (inner is not None and len(inner) != len(shape)):
+            raise MetadataError(
+                f"not a zarr v3 array document: shape {list(shape)} has {len(shape)} dimensions "
+                f"but the chunk shape {list(chunks)}"
+                + ("" if inner is None else f" / inner chunk shape {list(inner)}")
+                + " does not"
+            )
         default = encoding.get("name") == "default"
         separator = (encoding.get("configuration") or {}).get("separator", "/" if default else ".")
         return cls(path=path, zarr_format=3, shape=shape, chunks=chunks,
@@ -111,7 +118,7 @@ class Array:
     @property
     def grid(self) -> tuple[int, ...]:
         """Chunks along each dimension."""
-        pairs = zip(self.shape, self.chunks, strict=False)
+        pairs = zip(self.shape, self.chunks, strict=True)
         return tuple(math.ceil(s / c) if c else 0 for s, c in pairs)
 
     @property
@@ -166,7 +173,7 @@ class Array:
             return None
         index = tuple(int(p) for p in parts)
         grid = self.grid or (1,)
-        if any(i >= n for i, n in zip(index, grid, strict=False)):
+        if any(i >= n for i, n in zip(index, grid, strict=True)):
             return None
         return index if self.shape else ()
 
