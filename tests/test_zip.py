@@ -468,3 +468,36 @@ def test_deletes_on_a_full_disk_are_saved_and_their_space_reused(small_fs):
     with zipfile.ZipFile(path) as archive:
         assert archive.testzip() is None
     assert filler.exists()
+
+
+def test_a_stored_set_writes_the_value_without_copying_it(tmp_path):
+    """A 16 MiB set goes to the file as it is: no scratch archive holding copies.
+
+    The member's bytes are still exactly what zipfile's writestr writes.
+    """
+    import io
+    import tracemalloc
+
+    value = os.urandom(16 << 20)
+    with ZipStore(tmp_path / "data.zip", mode="w") as store:
+        store["warm"] = b"x"  # first-use allocations out of the way
+        tracemalloc.start()
+        try:
+            store["big"] = value
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < len(value) // 4, f"a set allocated {peak} bytes for {len(value)}"
+        assert store["big"] == value
+    with zipfile.ZipFile(tmp_path / "data.zip") as archive:
+        assert archive.testzip() is None
+        info = archive.getinfo("big")
+    expected = zipfile.ZipInfo("big", date_time=info.date_time)
+    expected.external_attr = info.external_attr
+    scratch = io.BytesIO()
+    with zipfile.ZipFile(scratch, "w") as writer:
+        writer.writestr(expected, value)
+    member = scratch.getvalue()[: expected.compress_size + len(expected.FileHeader())]
+    with open(tmp_path / "data.zip", "rb") as raw:
+        raw.seek(info.header_offset)
+        assert raw.read(len(member)) == member
