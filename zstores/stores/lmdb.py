@@ -447,18 +447,26 @@ class LMDBStore(Store):
         self._reserve = SpaceReserve(data_file, _RESERVE_BYTES)
 
         def opener(readonly: bool) -> lmdb.Environment:
-            size = max(map_size or DEFAULT_MAP_SIZE, _file_size(data_file))
-            options = {
-                "map_size": _round_up(size),
-                "readonly": readonly,
-                "create": not readonly and mode not in ("r", "r+"),
-                **self._options,
-            }
-            try:
-                return lmdb.open(self._path, **options)
-            except lmdb.Error as error:
-                if not (readonly and options["lock"] and _errno_of(error) == errno.EROFS):
-                    raise
+            for attempt in range(_MAX_RETRIES):
+                size = max(map_size or DEFAULT_MAP_SIZE, _file_size(data_file))
+                options = {
+                    "map_size": _round_up(size),
+                    "readonly": readonly,
+                    "create": not readonly and mode not in ("r", "r+"),
+                    **self._options,
+                }
+                try:
+                    return lmdb.open(self._path, **options)
+                except lmdb.MapResizedError:
+                    # Another process wrote past the map sized from the file
+                    # a moment ago, before py-lmdb's first transaction: size
+                    # it again from the file as it is now.
+                    if attempt == _MAX_RETRIES - 1:
+                        raise
+                except lmdb.Error as error:
+                    if not (readonly and options["lock"] and _errno_of(error) == errno.EROFS):
+                        raise
+                    break
             # Read-only media: LMDB cannot open its lock file for writing.
             # Nothing can write the environment there either, so reading it
             # without LMDB's locks sees one consistent state.
