@@ -471,21 +471,5 @@ def unmount(mountpoint: str | os.PathLike[str], *, lazy: bool = False,
 def _wait_for_exit(pid: int, timeout: float) -> None:
     """Wait until process ``pid`` has exited (it closes its store first)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            pass
-        if _is_zombie(pid):
-            return
+    while time.monotonic() < deadline and registry.process_alive(pid):
         time.sleep(0.05)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as info:
-            return info.read().rpartition(")")[2].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True

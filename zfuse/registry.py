@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 from .mounttable import FSTYPE, zfuse_mount_table
 
-__all__ = ["FSTYPE", "MountInfo", "forget", "mounts", "record", "runtime_dir",
+__all__ = ["FSTYPE", "MountInfo", "forget", "mounts", "process_alive", "record", "runtime_dir",
            "zfuse_mount_table"]
 
 _SOURCE_PID = re.compile(r"zfuse-(\d+)\Z")
@@ -134,13 +134,20 @@ def _read(path: str) -> dict[str, object] | None:
     return entry if isinstance(entry, dict) else None
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """True while process ``pid`` runs: it exists and has not ended as a zombie.
+
+    Examples
+    --------
+    >>> process_alive(os.getpid())
+    True
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # another user's process: it exists
+        pass  # another user's process exists; /proc says whether it has ended
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as info:
             return info.read().rpartition(")")[2].split()[0] != "Z"
@@ -175,7 +182,7 @@ def _describe(mountpoint: str, source: str) -> MountInfo:
         pid = None
     if pid is not None and entry.get("pid") not in (None, pid):
         entry = {}  # a record left by an earlier mount at the same place
-    alive = pid is None or _alive(pid)
+    alive = pid is None or process_alive(pid)
     url = entry.get("url")
     read_only = entry.get("read_only")
     return MountInfo(
@@ -203,7 +210,7 @@ def _clean(mounted: set[str]) -> None:
             continue
         pid = entry.get("pid")
         since = entry.get("since")
-        if not isinstance(pid, int) or not _alive(pid):
+        if not isinstance(pid, int) or not process_alive(pid):
             stale = True
         else:
             # A live process's record of a mount not in the table yet: written
