@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -264,3 +265,19 @@ def private_mongodb(tmp_path: Path) -> Iterator[Callable[[], MongoServer]]:
     yield start
     for server in servers:
         server.stop()
+
+
+def chain_text(error: BaseException) -> str:
+    """str and repr of an error and of everything chained to it, and its traceback.
+
+    What a password must never appear in: the network stores' tests search it.
+    """
+    shown, seen, current = [], set(), [error]
+    while current:
+        item = current.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        shown += [str(item), repr(item)]
+        current += [item.__cause__, item.__context__]
+    return "\n".join(shown) + "".join(traceback.format_exception(error))

@@ -37,7 +37,7 @@ from zstores.urls import StoreURLError, open_store
 from cli_helpers import zstores_cmd
 from fuse_helpers import run_zfuse, zfuse_mounts
 from raw_access import mongodb_get, mongodb_set
-from servers import free_port, silent_server
+from servers import chain_text, free_port, silent_server
 from zarr2_roundtrip import decode_array
 
 pymongo = pytest.importorskip("pymongo")
@@ -454,19 +454,6 @@ def test_password_never_shown():
 SECRET = "pw-4-sure"
 MARGIN = 3.0  # seconds beyond connect_timeout for process and scheduling noise
 STARTUP = 15.0  # seconds a command may take to start on a loaded machine (2 cores, shared)
-
-
-def chain_text(error: BaseException) -> str:
-    """str and repr of an error and of everything chained to it, and its traceback."""
-    shown, seen, current = [], set(), [error]
-    while current:
-        item = current.pop()
-        if item is None or id(item) in seen:
-            continue
-        seen.add(id(item))
-        shown += [str(item), repr(item)]
-        current += [item.__cause__, item.__context__]
-    return "\n".join(shown) + "".join(traceback.format_exception(error))
 
 
 def open_fails(url: str, expected: type[BaseException], limit: float, **options):

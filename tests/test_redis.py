@@ -36,7 +36,7 @@ from conftest import missing_peer
 from full_disk import check_acknowledged, delete_half_and_refill, fill_until_full
 from fuse_helpers import run_zfuse, zfuse_mounts
 from raw_access import redis_get, redis_set
-from servers import free_port, silent_server
+from servers import chain_text, free_port, silent_server
 from zarr2_roundtrip import decode_array
 
 redis = pytest.importorskip("redis")
@@ -439,19 +439,6 @@ def test_zarr2_reads_what_we_wrote(redis_url, zarr2):
 SECRET = "pw-4-sure"
 MARGIN = 3.0  # seconds beyond connect_timeout for process and scheduling noise
 STARTUP = 15.0  # seconds a command may take to start on a loaded machine (2 cores, shared)
-
-
-def chain_text(error: BaseException) -> str:
-    """str and repr of an error and of everything chained to it."""
-    shown, seen, current = [], set(), [error]
-    while current:
-        item = current.pop()
-        if item is None or id(item) in seen:
-            continue
-        seen.add(id(item))
-        shown += [str(item), repr(item)]
-        current += [item.__cause__, item.__context__]
-    return "\n".join(shown) + "".join(traceback.format_exception(error))
 
 
 def open_fails(url: str, expected: type[BaseException], limit: float, **options):
