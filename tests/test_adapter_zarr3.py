@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import pickle
-from typing import Any
 
 import numpy as np
 import pytest
@@ -24,27 +21,7 @@ from zstores.urls import open_store
 
 from conftest import missing_peer
 from zarr2_suite.backends import ALL, backend_url, missing_server
-
-
-def run_async_tests(cls: type) -> type:
-    """Run zarr's ``async def`` tests and fixtures on an event loop of their own.
-
-    zarr's suite expects pytest-asyncio; this gives each async test a fresh
-    loop with ``asyncio.run`` instead, leaving the test bodies untouched.
-    """
-    for name in dir(cls):
-        test = getattr(cls, name)
-        if name.startswith("test_") and inspect.iscoroutinefunction(test):
-            setattr(cls, name, _synchronous(test))
-    return cls
-
-
-def _synchronous(test: Any) -> Any:
-    @functools.wraps(test)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        return asyncio.run(test(*args, **kwargs))
-
-    return run
+from zarr3_suite import run_async_tests
 
 
 class AdapterSuite(StoreTests[ZarrStore, cpu.Buffer]):

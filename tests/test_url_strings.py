@@ -8,8 +8,6 @@ a test passes only when the bytes really went to the named backend.
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import os
 import pickle
 import threading
@@ -27,6 +25,8 @@ from zarr.testing.store import StoreTests
 from zstores.adapters.fsspec import PROTOCOLS, StoreFileSystem, close_shared_stores
 from zstores.errors import InvalidKeyError, ReadOnlyError, StoreNotFoundError
 from zstores.urls import StoreURLError, open_store
+
+from zarr3_suite import run_async_tests
 
 FILE_BACKENDS = {  # scheme -> file name
     "lmdb": "data.lmdb",
@@ -420,23 +420,6 @@ def test_bad_keys_are_named(fs):
 
 
 # ------------------------------------------------- zarr's own store suite
-def _synchronous(test):
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return run
-
-
-def _run_async_tests(cls: type) -> type:
-    """zarr's suite expects pytest-asyncio: run each ``async def`` test on a loop of its own."""
-    for name in dir(cls):
-        test = getattr(cls, name)
-        if name.startswith("test_") and inspect.iscoroutinefunction(test):
-            setattr(cls, name, _synchronous(test))
-    return cls
-
-
 class FsspecSuite(StoreTests[FsspecStore, cpu.Buffer]):
     """zarr.testing.store.StoreTests: zarr's FsspecStore over a URL string's file system."""
 
@@ -476,5 +459,5 @@ class FsspecSuite(StoreTests[FsspecStore, cpu.Buffer]):
 
 for _scheme in ("lmdb", "sqlite"):
     _name = f"TestZarrSuiteThroughURL_{_scheme}"
-    globals()[_name] = _run_async_tests(type(_name, (FsspecSuite,), {"scheme": _scheme}))
+    globals()[_name] = run_async_tests(type(_name, (FsspecSuite,), {"scheme": _scheme}))
 del _scheme, _name
