@@ -24,7 +24,7 @@ from ..errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
-from ..keys import check_utf8_key, normalize_key
+from ..keys import normalize_key
 from ._reserve import SpaceReserve, free_bytes
 
 __all__ = ["DEFAULT_MAP_SIZE", "LMDBStore"]
@@ -625,7 +625,7 @@ class LMDBStore(Store):
         key = normalize_key(key)
         if len(key) <= self._max_key_size and key.isascii():
             return key
-        size = len(check_utf8_key(key).encode("utf-8"))
+        size = len(key.encode("utf-8"))  # normalize_key refused lone surrogates
         if size > self._max_key_size:
             raise InvalidKeyError(
                 f"invalid key {key[:60]!r}...: it is {size} bytes in UTF-8 and LMDB keys "

@@ -19,7 +19,6 @@ from ..errors import (
     StoreIOError,
     StoreURLError,
 )
-from ..keys import check_utf8_key
 from ..secrets import redact_url, scrub, secrets_of
 from ._network import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -471,9 +470,6 @@ class MongoDBStore(Store):
         )
 
     # ------------------------------------------------------------ primitives
-    def _key(self, key: str) -> str:
-        return check_utf8_key(super()._key(key))
-
     @network_errors_as
     def _get(self, key: str) -> bytes:
         doc = self._docs.find_one({KEY: key}, _FIELDS)

@@ -11,7 +11,6 @@ from typing import Any
 
 from ..base import Buffer, Mode, Store
 from ..errors import StoreConnectionError, StoreFullError, StoreIOError, StoreURLError
-from ..keys import check_utf8_key
 from ..secrets import redact_url, scrub, secrets_of
 from ._network import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -430,9 +429,6 @@ class RedisStore(Store):
         return any(True for _ in self._pages(""))
 
     # ------------------------------------------------------------ primitives
-    def _key(self, key: str) -> str:
-        return check_utf8_key(super()._key(key))
-
     @network_errors_as
     def _get(self, key: str) -> bytes:
         value = self._client.get(self._base + key)

@@ -24,7 +24,7 @@ from ..errors import (
     StoreNotFoundError,
     ValueTooLargeError,
 )
-from ..keys import check_utf8_key, prefix_upper_bound
+from ..keys import prefix_upper_bound
 from ._reserve import SpaceReserve, free_bytes
 
 __all__ = ["SQLiteStore"]
@@ -772,9 +772,6 @@ class SQLiteStore(Store):
         return changed
 
     # ------------------------------------------------------------ primitives
-    def _key(self, key: str) -> str:
-        return check_utf8_key(super()._key(key))
-
     def _get(self, key: str) -> bytes:
         row = self._fetchone(f"SELECT v FROM {self._q} WHERE k = ?", (key,))
         if row is None:
