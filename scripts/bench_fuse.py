@@ -14,7 +14,12 @@ user would) and measured against its reference in the same run:
 * zarr-python 3 opening and reading a whole array through the mount
   (``LocalStore``) against doing the same on the store directly
   (``zstores.adapters.zarr3``) (target: within 2x);
-* ``ls`` of a directory of 100,000 keys (target < 2 s).
+* ``ls`` of a directory of 100,000 keys (target < 2 s);
+* one ZIP_STORED archive (2,000 x 64 KiB + 256 MiB) mounted by zfuse (read-write
+  and read-only) and by ratarmount, the peer: mount time, ``find``, small files
+  cold and warm with one and 8 reader threads, the big file cold and warm, and
+  the daemon's peak RSS (``--parts archive``); every mount after dropping the
+  page cache (``bench_common.drop_cold``).
 
 Sequential reads and ``ls`` use the default mount (read-write).  Small files
 and zarr are measured through three kinds of mount: the default, ``--read-only``
@@ -33,6 +38,8 @@ docs/benchmarks.md (appending the markers if missing) and touches nothing else.
 Usage::
 
     python scripts/bench_fuse.py [--rounds 5] [--backends lmdb directory] [--record]
+    python scripts/bench_fuse.py --parts archive --rounds 3     # zfuse against ratarmount
+    python scripts/bench_fuse.py --smoke                        # seconds: that it still runs
 """
 
 from __future__ import annotations
@@ -53,10 +60,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench_common import drop_cold, drop_page_cache, missing_peers, record_section
+
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- bench_fuse:begin -->", "<!-- bench_fuse:end -->"
 ZFUSE = [sys.executable, "-m", "zfuse"]
 MIB = 1 << 20
+PARTS = ("stores", "archive")
 # Small files and zarr are read through each kind of mount (zfuse command
 # options); every cold sample on a fresh mount.
 MOUNTS = {
@@ -197,14 +207,6 @@ def read_file(path: Path, buffer: bytearray) -> None:
     with open(path, "rb", buffering=0) as f:
         while f.readinto(buffer):
             pass
-
-
-def drop_page_cache(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def open_read_close(folder: Path, files: int) -> None:
@@ -362,6 +364,253 @@ def bench_anchor(args: argparse.Namespace, work: Path) -> tuple[float, float]:
     return args.files / cold, args.files / warm
 
 
+# ------------------------------------------------------- ratarmount, one archive
+#: The mounts of one ZIP_STORED archive compared: zfuse (read-write, the default,
+#: and --read-only) and ratarmount (read-only; it has no other way to a ZIP).
+ARCHIVE_MOUNTS = ("zfuse read-write", "zfuse read-only", "ratarmount")
+THREADS = 8
+
+
+@dataclass
+class Mounted:
+    """A mount of the archive being measured: where, its daemon's pid, how long it took."""
+
+    path: Path
+    pid: int
+    seconds: float
+    process: subprocess.Popen[bytes] | None = None
+
+
+def build_archive(path: Path, args: argparse.Namespace) -> None:
+    """The ZIP_STORED archive both sides serve: ``small/0..`` and one ``big`` member.
+
+    Written by Python's zipfile, neither side's code, member by member so that the
+    256 MiB one is never held whole twice.
+    """
+    import zipfile
+
+    small = os.urandom(args.file_kib << 10)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for i in range(args.files):
+            archive.writestr(f"small/{i}", small[i % 64:] + small[:i % 64])
+        with archive.open("big", "w", force_zip64=True) as member:
+            for _ in range(args.size_mib):
+                member.write(os.urandom(MIB))
+
+
+def ratarmount_command() -> list[str] | None:
+    """ratarmount beside this interpreter (the venv's), or on the PATH; None if missing."""
+    beside = Path(sys.executable).with_name("ratarmount")
+    found = str(beside) if beside.exists() else shutil.which("ratarmount")
+    return [found] if found else None
+
+
+def mount_archive(kind: str, archive: Path, mountpoint: Path, index: Path) -> Mounted:
+    """Mount ``archive`` the ``kind`` way; the seconds until the mount answers."""
+    start = time.perf_counter()
+    if kind == "ratarmount":
+        command = ratarmount_command()
+        assert command is not None
+        # foreground (-f) so that the pid is the daemon's; the index in a folder of ours
+        process = subprocess.Popen([*command, "-f", "--index-folders", str(index), str(archive),
+                                    str(mountpoint)], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 300
+        while not os.path.ismount(mountpoint):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("ratarmount did not mount the archive")
+            time.sleep(0.005)
+        os.stat(mountpoint / "big")  # answers
+        return Mounted(mountpoint, process.pid, time.perf_counter() - start, process)
+    options = ("--read-only",) if kind == "zfuse read-only" else ()
+    done = subprocess.run([*ZFUSE, "mount", *options, f"zip://{archive}", str(mountpoint)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"zfuse mount failed: {done.stderr}")
+    pid = int(done.stdout.split("daemon pid ", 1)[1].split(")", 1)[0])
+    return Mounted(mountpoint, pid, seconds)
+
+
+def unmount_archive(mounted: Mounted) -> None:
+    if mounted.process is None:
+        unmount(mounted.path)
+        return
+    subprocess.run(["fusermount", "-u", str(mounted.path)], capture_output=True, check=False)
+    mounted.process.wait(timeout=120)
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The daemon's peak resident set (VmHWM) so far, in MiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM for pid {pid}")
+
+
+def read_files(folder: Path, names: Sequence[int]) -> None:
+    for i in names:
+        with open(folder / str(i), "rb", buffering=0) as f:
+            f.read()
+
+
+def read_files_threaded(folder: Path, files: int, threads: int) -> None:
+    """Open/read/close every file, ``threads`` readers each taking every n-th."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(threads) as pool:
+        for result in [pool.submit(read_files, folder, range(t, files, threads))
+                       for t in range(threads)]:
+            result.result()
+
+
+def walk(mountpoint: Path) -> None:
+    done = subprocess.run(["find", str(mountpoint)], stdout=subprocess.DEVNULL, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"find failed in {mountpoint}")
+
+
+def archive_round(kind: str, archive: Path, mountpoint: Path, index: Path,
+                  args: argparse.Namespace) -> dict[str, float]:
+    """One round of every archive figure through fresh mounts of one kind.
+
+    Three mounts, each after dropping the page cache (``drop_cold``): the first
+    walks the tree (``find``) and reads the big member cold then warm; the
+    second reads the small files with one thread, cold then warm; the third
+    with ``THREADS`` threads.  Returns seconds per figure, and the peak RSS in MiB.
+    """
+    small = mountpoint / "small"
+    buffer = bytearray(MIB)
+    figures: dict[str, float] = {}
+    mount_times, peaks = [], []
+    passes: list[tuple[str, Callable[[], Any]]] = [
+        ("find", lambda: walk(mountpoint)),
+        ("big file", lambda: read_file(mountpoint / "big", buffer)),
+    ]
+    for first in (passes,
+                  [("small files, 1 thread", lambda: read_files(small, range(args.files)))],
+                  [(f"small files, {THREADS} threads",
+                    lambda: read_files_threaded(small, args.files, THREADS))]):
+        drop_cold(archive.parent)
+        mounted = mount_archive(kind, archive, mountpoint, index)
+        try:
+            mount_times.append(mounted.seconds)
+            for name, work in first:
+                figures[f"{name}, cold" if name != "find" else name] = median_time(work, 1)
+            for name, work in first:
+                if name != "find":
+                    figures[f"{name}, warm"] = median_time(work, 1)
+            peaks.append(peak_rss_mib(mounted.pid))
+        finally:
+            unmount_archive(mounted)
+    figures["mount"] = statistics.median(mount_times)
+    figures["daemon peak RSS"] = max(peaks)
+    return figures
+
+
+#: How each archive figure is shown: unit, and the amount of work per second of it
+#: (None: shown in seconds or MiB, lower is better).
+def archive_units(args: argparse.Namespace) -> dict[str, tuple[str, float | None]]:
+    files, big = float(args.files), float(args.size_mib)
+    return {
+        "mount": ("s", None),
+        "find": ("s", None),
+        "small files, 1 thread, cold": ("files/s", files),
+        "small files, 1 thread, warm": ("files/s", files),
+        f"small files, {THREADS} threads, cold": ("files/s", files),
+        f"small files, {THREADS} threads, warm": ("files/s", files),
+        "big file, cold": ("MiB/s", big),
+        "big file, warm": ("MiB/s", big),
+        "daemon peak RSS": ("MiB", None),
+    }
+
+
+def bench_archive(args: argparse.Namespace, work: Path) -> tuple[str, dict[str, float]]:
+    """zfuse against ratarmount on one ZIP_STORED archive; the table and zfuse's ratios."""
+    kinds = [k for k in ARCHIVE_MOUNTS if k != "ratarmount" or ratarmount_command()]
+    missing_peers({"ratarmount": ratarmount_command() is not None}, args.require_peers)
+    folder = work / "archive"
+    folder.mkdir()
+    archive = folder / "data.zip"
+    print(f"[archive] building {args.files:,} x {args.file_kib} KiB + {args.size_mib} MiB ...",
+          file=sys.stderr)
+    build_archive(archive, args)
+    mountpoint, index = folder / "mnt", folder / "index"
+    mountpoint.mkdir()
+    index.mkdir()
+    for kind in kinds:  # untimed: ratarmount builds its index on the first mount
+        unmount_archive(mount_archive(kind, archive, mountpoint, index))
+    samples: dict[tuple[str, str], list[float]] = {}
+    for round_ in range(args.rounds):
+        for kind in kinds[round_ % len(kinds):] + kinds[:round_ % len(kinds)]:
+            print(f"[archive] {kind}, round {round_ + 1}/{args.rounds} ...", file=sys.stderr)
+            for name, value in archive_round(kind, archive, mountpoint, index, args).items():
+                samples.setdefault((name, kind), []).append(value)
+    medians = {key: statistics.median(values) for key, values in samples.items()}
+    return archive_table(medians, kinds, args), archive_ratios(medians, kinds, args)
+
+
+def shown(value: float, unit: str, work: float | None) -> tuple[str, float]:
+    """A figure's cell and its speed (higher is better) from seconds or MiB."""
+    if work is not None:
+        speed = work / value
+        return f"{speed:,.0f}", speed
+    return (f"{value:.2f}" if unit == "s" else f"{value:,.0f}"), 1 / value
+
+
+def archive_ratios(medians: dict[tuple[str, str], float], kinds: list[str],
+                   args: argparse.Namespace) -> dict[str, float]:
+    """zfuse's ratio over ratarmount per (figure, mount), above 1.0 = zfuse better."""
+    ratios = {}
+    for name, (unit, work) in archive_units(args).items():
+        if (name, "ratarmount") not in medians:
+            continue
+        _, theirs = shown(medians[name, "ratarmount"], unit, work)
+        for kind in (k for k in kinds if k != "ratarmount"):
+            _, ours = shown(medians[name, kind], unit, work)
+            ratios[f"{name}|{kind}"] = ours / theirs
+    return ratios
+
+
+def archive_table(medians: dict[tuple[str, str], float], kinds: list[str],
+                  args: argparse.Namespace) -> str:
+    zfuse_kinds = [k for k in kinds if k != "ratarmount"]
+    lines = [
+        "### zfuse and ratarmount on one ZIP archive",
+        "",
+        (f"One ZIP_STORED archive of {args.files:,} files of {args.file_kib} KiB and one of "
+         f"{args.size_mib} MiB, written by Python's zipfile, mounted by `zfuse mount zip://...` "
+         "(read-write, the default, and `--read-only`) and by `ratarmount -f` (its index built "
+         "by an untimed first mount), medians of "
+         f"{args.rounds} rounds.  Each round makes three fresh mounts of each kind, each after "
+         "dropping the page cache (root) so the archive comes from the disk: one for `find` "
+         "over the tree and the big file, one for the small files with one reader thread, one "
+         f"with {THREADS}; \"cold\" is the first pass through the mount, \"warm\" the second.  "
+         "Mount time: from the command to a mount that answers.  Peak RSS: the daemon's "
+         "VmHWM, the largest of the three mounts.  Ratios are zfuse's over ratarmount's "
+         "(speed, or ratarmount's seconds or MiB over zfuse's; above 1.0: zfuse is better)."),
+        "",
+        ("| figure | unit | " + " | ".join(kinds) + " | "
+         + " | ".join(f"{k} ×" for k in zfuse_kinds if "ratarmount" in kinds) + " |"),
+        "|---|---|" + "---:|" * (len(kinds) + (len(zfuse_kinds) if "ratarmount" in kinds else 0)),
+    ]
+    ratios = archive_ratios(medians, kinds, args)
+    for name, (unit, work) in archive_units(args).items():
+        cells = [shown(medians[name, kind], unit, work)[0] for kind in kinds]
+        cells += [f"{ratios[f'{name}|{kind}']:.2f}" for kind in zfuse_kinds
+                  if f"{name}|{kind}" in ratios]
+        lines.append(f"| {name} | {unit} | " + " | ".join(cells) + " |")
+    for kind in zfuse_kinds:
+        one = medians.get(("small files, 1 thread, cold", kind))
+        many = medians.get((f"small files, {THREADS} threads, cold", kind))
+        if one and many:
+            lines.append("")
+            lines.append(f"{kind}: cold small files with {THREADS} threads at {one / many:.2f}x "
+                         "the rate of one thread.")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ report
 def table(rows: list[Row], args: argparse.Namespace) -> str:
     import zfuse
@@ -394,56 +643,56 @@ def table(rows: list[Row], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def record(text: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    old = path.read_text() if path.exists() else ""
-    section = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + section + rest.split(END, 1)[1]
-    else:
-        new = old + ("\n" if old and not old.endswith("\n") else "") + ("\n" if old else "") \
-            + section + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(new)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--backends", nargs="+", default=["lmdb", "directory"],
                         choices=["lmdb", "directory"])
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS),
+                        help="stores: each backend against its anchors; archive: zfuse "
+                        "against ratarmount on one ZIP archive")
     parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--file-kib", type=int, default=64)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--dir", help="where to build the stores (default: a temporary folder)")
     parser.add_argument("--record", action="store_true", help="write docs/benchmarks.md")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few files, small values, one round: that it all still runs")
+    parser.add_argument("--require-peers", action="store_true",
+                        help="fail (status 3) when ratarmount is missing instead of leaving it out")
     parser.add_argument("--serve-anchor", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_anchor:
         serve_anchor(args.serve_anchor, args.files, args.file_kib)
         return
+    if args.smoke:
+        args.rounds, args.size_mib, args.files, args.keys = 1, 2, 20, 200
+        if args.record:
+            parser.error("--smoke figures are not worth recording")
     args.load = os.getloadavg()[0]
     # A SIGTERM ends the run through the ``finally`` clauses: mounts are unmounted.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     work = Path(tempfile.mkdtemp(prefix="bench_fuse-", dir=args.dir))
+    rows, archive_text = [], ""
     try:
-        anchor_rates = bench_anchor(args, work)
-        rows = []
-        for kind in args.backends:
-            rows += bench_backend(kind, args, work, anchor_rates)
+        if "stores" in args.parts:
+            anchor_rates = bench_anchor(args, work)
+            for kind in args.backends:
+                rows += bench_backend(kind, args, work, anchor_rates)
+        if "archive" in args.parts:
+            archive_text, _ = bench_archive(args, work)
     finally:
         with open("/proc/self/mounts") as table_file:
             left = [line.split(" ")[1] for line in table_file if f" {work}/" in line]
         for path in left:  # never delete through a mount left behind
             subprocess.run(["fusermount", "-u", "-z", path], capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
-    text = table(rows, args)
+    text = table(rows, args) if rows else "## zfuse (scripts/bench_fuse.py)"
+    text += "\n\n" + archive_text if archive_text else ""
     print(text)
     if args.record:
-        record(text)
-
+        record_section(BEGIN, END, text)
 
 if __name__ == "__main__":
     main()

@@ -22,6 +22,7 @@ from zfuse.mount import READ_AHEAD_KIB
 from zfuse.operations import ReadOnlyOperations
 from zstores import MemoryStore
 
+from bench_common import drop_page_cache
 from fuse_helpers import require_fuse, run_zfuse
 
 pytestmark = pytest.mark.timeout(120)
@@ -85,14 +86,6 @@ def test_large_value_is_read_in_ranges_not_whole_per_piece(mountpoint: Path,
                           for _, start, n in store.range_reads)
             assert len(data) <= fetched <= 2 * len(data)
             assert len(store.range_reads) < len(pieces) // 4  # growing windows
-
-
-def drop_page_cache(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 @read_only_or_not
