@@ -19,6 +19,7 @@ from .base import MODES, Store
 from .errors import (
     CorruptValueError,
     InvalidKeyError,
+    InvalidValueError,
     KeyConflictError,
     LeaseExpiredError,
     LockOrderError,
@@ -98,6 +99,7 @@ __all__ = [
     "DBMStore",
     "DirectoryStore",
     "InvalidKeyError",
+    "InvalidValueError",
     "KeyConflictError",
     "LMDBStore",
     "LRUStoreCache",

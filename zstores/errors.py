@@ -94,6 +94,15 @@ class CorruptValueError(StoreIOError):
     """A stored value or the backend's file is damaged (a checksum or structure check failed)."""
 
 
+class InvalidValueError(ZStoresError, ValueError):
+    """A value cannot be stored under its key: the key's format rejects it.
+
+    For stores that translate values (``N5Store`` turns a Zarr chunk into an
+    N5 block): the message names the key and what the value should be.
+    Nothing is written.
+    """
+
+
 class ValueTooLargeError(ZStoresError, ValueError):
     """A value exceeds the largest value the backend can hold."""
 

@@ -210,6 +210,7 @@ SCHEMES: dict[str, Scheme] = {
     "mongodb": _MONGODB,
     "mongodb+srv": _MONGODB,
     "memory": Scheme("zstores.stores.memory:MemoryStore", location="none"),
+    "n5": Scheme("zstores.stores.n5:N5Store"),  # an N5 folder, shown as Zarr format 2
 }
 
 #: Plain-path endings (lower case) and the scheme plus default options they select.
@@ -220,6 +221,7 @@ PATH_ENDINGS: dict[str, tuple[str, Mapping[str, Any]]] = {
     ".sqlite": ("sqlite", {}),
     ".sqlite3": ("sqlite", {}),
     ".db": ("sqlite", {}),
+    ".n5": ("n5", {}),
 }
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -406,10 +408,10 @@ def open_store(url: str | os.PathLike[str], *, mode: Mode = "a", **options: Any)
     url : str or os.PathLike
         ``scheme://path?option=value&...`` with a scheme from ``SCHEMES``
         (``file``, ``nested``, ``zip``, ``dbm``, ``lmdb``, ``sqlite``,
-        ``redis``, ``rediss``, ``mongodb``, ``memory``) or from an installed
-        ``zstores.stores`` entry point; or a plain path, whose ending picks
-        the backend (``.zip``, ``.lmdb``/``.mdb``, ``.sqlite``/``.sqlite3``/
-        ``.db``, else a folder).  Everything between ``scheme://`` and ``?``
+        ``redis``, ``rediss``, ``mongodb``, ``memory``, ``n5``) or from an
+        installed ``zstores.stores`` entry point; or a plain path, whose ending
+        picks the backend (``.zip``, ``.lmdb``/``.mdb``, ``.sqlite``/
+        ``.sqlite3``/``.db``, ``.n5``, else a folder).  Everything between ``scheme://`` and ``?``
         is the path, percent-decoded: ``lmdb:///abs/x.lmdb`` is absolute,
         ``lmdb://rel/x.lmdb`` relative to the working directory.
     mode : {"a", "r", "r+", "w", "w-"}
