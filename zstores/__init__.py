@@ -58,6 +58,7 @@ _LAZY = {
                      "contains_group", "getsize", "init_array", "init_group", "listdir",
                      "rename", "rmdir"], "hierarchy"),
     "migrate_1to2": "migrate_v1",
+    "N5Store": "stores.n5",
     **dict.fromkeys(["migrate_2to3", "plan_2to3"], "migrate_v3"),
     **dict.fromkeys(["ProcessSynchronizer", "RedisSynchronizer", "SynchronizedArray",
                      "ThreadSynchronizer", "synchronized"], "sync"),
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
         rmdir,
     )
     from .migrate_v1 import migrate_1to2
+    from .stores.n5 import N5Store
     from .migrate_v3 import migrate_2to3, plan_2to3
     from .sync import (
         ProcessSynchronizer,
@@ -93,6 +95,7 @@ __getattr__, __dir__ = lazy_exports(globals(), _LAZY)
 
 __all__ = [
     "MODES",
+    "N5Store",
     "ContainsArrayError",
     "ContainsGroupError",
     "CorruptValueError",
