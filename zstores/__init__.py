@@ -79,8 +79,8 @@ if TYPE_CHECKING:
         rmdir,
     )
     from .migrate_v1 import migrate_1to2
-    from .stores.n5 import N5Store
     from .migrate_v3 import migrate_2to3, plan_2to3
+    from .stores.n5 import N5Store
     from .sync import (
         ProcessSynchronizer,
         RedisSynchronizer,
