@@ -1,39 +1,38 @@
 #!/usr/bin/env python
-"""zarr-python 3 through ``zstores.zarr_store`` side by side with zarr's own LocalStore.
+"""zarr-python 3 through ``zstores.zarr_store`` beside the stores users would pick instead.
+
+The peers: zarr-python's own LocalStore (the anchor), zarr-sqlite (the Zarr v3
+SQLite store) and icechunk (a local-filesystem repository), each measured when
+installed (``scripts/setup-env`` puts them in ``.venv-zarr-latest``, whose
+newest zarr-python they need; run this script there).  Ours: Directory, LMDB,
+SQLite, and SQLite with ``synchronous=FULL`` once SQLiteStore offers it.
 
 Figures, each the median of ``--rounds`` rounds (every implementation once per
-round, in turn, so background load hits them alike):
+round, a different one first each round, so background load hits them alike),
+on arrays of ``--size`` bytes (default 256 MiB, uint8) in three cases: 4 MiB
+and 64 KiB chunks without compression, and 1 MiB chunks of low-entropy bytes
+with zstd.  Each implementation runs each phase in a fresh process:
 
-* array write and read of ``--size`` bytes (default 1 GiB, uint8, no
-  compression, so the store's cost shows) in 64 chunks and in 4,096 chunks,
-  and the same read into an existing array (``out=``);
+* write: create the array, write it, close the store (icechunk: commit), timed;
+* read: after dropping the page cache (``bench_common.drop_cold``: the whole
+  cache as root), each array whole, cold then warm, into an existing array
+  whose pages are already touched (allocating the output costs a page fault
+  per page, on this VM often more than the read itself, alike for every
+  store); and ``list_dir`` of the 64 KiB case's chunk folder;
+* random: after another drop, chunks one by one in a seeded random order,
+  cold then warm;
 * raw keys: ``--keys`` values of 64 KiB set and got one ``await`` after
-  another, 64 at a time (``asyncio.gather``), and with the synchronous
-  ``get_sync``/``set_sync``.
+  another, 64 at a time (``asyncio.gather``), and with ``get_sync``/``set_sync``.
 
-Ratios are the adapter's speed over LocalStore's (above 1.0: faster).
-
-A second table shows what URL strings cost: an array opened and written,
-then opened and read, by the URL string itself (``zarr.create_array("lmdb://...")``,
-which zarr hands to fsspec and zstores' ``StoreFileSystem``) against the same
-URL through ``zarr_store(url)``; the ratio is the URL string's speed over
-``zarr_store``'s.  Opening is part of each figure.
-
-``array[:]`` allocates a new output array, and writing it first costs a page
-fault per page, which on a virtual machine can take longer than everything
-else in the read (several seconds per GiB, varying from run to run), and
-equally for every store.  "into an existing array" reads into an array
-whose pages are already touched, so it shows what the store itself costs.
+Ratios pair each of ours with the peer the targets name (above 1.0: ours is
+faster).  A last table shows what URL strings cost: an array opened and
+written, then opened and read, by the URL string itself (which zarr hands to
+fsspec and zstores' ``StoreFileSystem``) against ``zarr_store(url)``.
 Each round's figures go to stderr, to judge the spread behind a median.
 
-Each
-implementation runs in a fresh process per round: a long-lived process reads
-large arrays several times slower after a few rounds (its heap, not the
-store), which would bias whichever runs last.  The stores live in a temporary
-folder on the disk of ``--dir``.
-
-    .venv/bin/python scripts/bench_zarr.py --size 256MiB --rounds 1   # a quick look
-    .venv/bin/python scripts/bench_zarr.py --record    # and write docs/benchmarks.md
+    .venv-zarr-latest/bin/python scripts/bench_zarr.py --rounds 1   # a quick look
+    .venv-zarr-latest/bin/python scripts/bench_zarr.py --record     # and write docs/benchmarks.md
+    .venv-zarr-latest/bin/python scripts/bench_zarr.py --smoke      # seconds: that it still runs
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib.metadata
 import json
 import os
 import platform
@@ -58,20 +58,24 @@ from typing import Any
 import numpy as np
 import zarr
 from zarr.core.buffer import cpu, default_buffer_prototype
+from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 from zstores.adapters import zarr_store
 from zstores.adapters.fsspec import close_shared_stores
 
+from bench_common import (
+    drop_cold,
+    drop_page_cache,
+    load_average,
+    missing_peers,
+    ratio,
+    record_section,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 MARK_BEGIN = "<!-- bench_zarr:begin -->"
 MARK_END = "<!-- bench_zarr:end -->"
-IMPLS = {
-    "LocalStore": lambda folder: LocalStore(folder / "local"),
-    "Directory": lambda folder: zarr_store(f"file://{folder}/dir", mode="w"),
-    "LMDB": lambda folder: zarr_store(f"lmdb://{folder}/data.lmdb", mode="w"),
-    "SQLite": lambda folder: zarr_store(f"sqlite://{folder}/data.sqlite", mode="w"),
-}
 #: Backends whose URL strings are measured against zarr_store(url): scheme, file ending.
 URL_IMPLS = {"LMDB": ("lmdb", "lmdb"), "SQLite": ("sqlite", "sqlite")}
 URL_WAYS = ("zarr_store", "URL string")
@@ -103,31 +107,173 @@ def timed(function: Callable[..., Any], *args: Any) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
+# ------------------------------------------------------------------ stores
+#: Our stores, through zarr_store(url); "SQLite FULL" joins when SQLiteStore takes synchronous=.
+OURS = {
+    "Directory": "file://{folder}/dir",
+    "LMDB": "lmdb://{folder}/data.lmdb",
+    "SQLite": "sqlite://{folder}/data.sqlite",
+    "SQLite FULL": "sqlite://{folder}/data.sqlite?synchronous=FULL",
+}
+#: The peers: zarr's LocalStore (the anchor), zarr-sqlite and icechunk (local storage).
+PEERS = ("LocalStore", "zarr-sqlite", "icechunk")
+#: Ratio columns: (ours, theirs), as the issue's targets pair them.
+PAIRS = (("Directory", "LocalStore"), ("Directory", "icechunk"), ("LMDB", "LocalStore"),
+         ("SQLite", "LocalStore"), ("SQLite", "zarr-sqlite"), ("SQLite FULL", "zarr-sqlite"))
+#: Array cases: name -> (chunk bytes, compressed?).
+CASES = {"4 MiB chunks": (4 << 20, False), "64 KiB chunks": (64 << 10, False),
+         "1 MiB chunks, zstd": (1 << 20, True)}
+#: Left out of the raw-key figures: icechunk (writes mean nothing before a commit)
+#: and zarr-sqlite (its connection stays bound to the event loop it first ran on,
+#: and these figures run each in a fresh ``asyncio.run``).
+NO_RAW_KEYS = ("icechunk", "zarr-sqlite")
+#: Random chunk reads: at most this many chunks, in a seeded random order.
+RANDOM_CHUNKS = 256
+
+
+def peer_installed(name: str) -> bool:
+    import importlib.util
+
+    module = {"zarr-sqlite": "zarr_sqlite", "icechunk": "icechunk"}.get(name)
+    return module is None or importlib.util.find_spec(module) is not None
+
+
+def sqlite_takes_synchronous() -> bool:
+    """Whether our SQLiteStore offers ``synchronous=`` (then FULL is measured too)."""
+    import inspect
+
+    from zstores.stores.sqlite import SQLiteStore
+
+    return "synchronous" in inspect.signature(SQLiteStore).parameters
+
+
+def available_impls() -> list[str]:
+    names = ["LocalStore", "Directory", "LMDB", "SQLite"]
+    if sqlite_takes_synchronous():
+        names.append("SQLite FULL")
+    return names + [name for name in PEERS[1:] if peer_installed(name)]
+
+
+def open_for(name: str, folder: Path, write: bool) -> tuple[Any, Callable[[], None]]:
+    """A zarr store of implementation ``name`` in ``folder``, and what ends its use.
+
+    Writing, the end is the commit (icechunk) or the close (every other store),
+    timed with the writes: the data is then where a reader in another process finds it.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    if name in OURS:
+        store = zarr_store(OURS[name].format(folder=folder), mode="w" if write else "r")
+        return store, store.close
+    if name == "LocalStore":
+        store = LocalStore(folder / "local", read_only=not write)
+        return store, store.close
+    if name == "zarr-sqlite":
+        from zarr_sqlite import SQLiteStore
+
+        store = SQLiteStore(folder / "zarr-sqlite.sqlite", read_only=not write)
+        return store, store.close
+    import icechunk
+
+    storage = icechunk.local_filesystem_storage(str(folder / "icechunk"))
+    if write:
+        session = icechunk.Repository.create(storage).writable_session("main")
+        return session.store, lambda: session.commit("bench_zarr") and None
+    session = icechunk.Repository.open(storage).readonly_session(branch="main")
+    return session.store, lambda: None
+
+
 # ------------------------------------------------------------------ arrays
-def array_figures(make: Callable[[Path], Any], folder: Path, data: np.ndarray) -> dict[str, float]:
-    """Bytes per second writing and reading ``data`` in each chunk layout."""
+def case_data(case: str, size: int) -> np.ndarray:
+    """The array of one case: a repeating ramp, or (compressed) low-entropy random bytes."""
+    if CASES[case][1]:
+        return np.random.default_rng(7).integers(0, 16, size, dtype=np.uint8)
+    return np.resize(np.arange(1, 252, dtype=np.uint8), size)  # no chunk equals the fill value
+
+
+def case_folder(folder: Path, case: str) -> Path:
+    return folder / re.sub(r"\W+", "_", case)
+
+
+def write_phase(name: str, folder: Path, size: int) -> dict[str, float]:
+    """Bytes per second creating, writing and committing/closing each case's array."""
     figures = {}
-    for count in CHUNK_COUNTS:
-        case = folder / f"a{count}"
-        store = make(case)
-        chunk = data.size // count
-        array = zarr.create_array(store, shape=data.shape, chunks=(chunk,), dtype=data.dtype,
-                                  compressors=None, filters=None, fill_value=0, zarr_format=3)
-        seconds, _ = timed(array.__setitem__, slice(None), data)
-        figures[f"write {count} chunks"] = data.nbytes / seconds
-        reader = zarr.open_array(store, mode="r")
-        seconds, back = timed(reader.__getitem__, slice(None))
-        figures[f"read {count} chunks"] = data.nbytes / seconds
-        check_same(store, back, data)
-        back[:] = 0  # the same (touched) pages receive the next read
-        out = cpu.NDBuffer.from_numpy_array(back)
-        seconds, _ = timed(read_into, reader, out)
-        figures[f"read {count} chunks into an existing array"] = data.nbytes / seconds
-        check_same(store, back, data)
-        del back, out
-        store.close()
-        shutil.rmtree(case, ignore_errors=True)
+    for case, (chunk, compressed) in CASES.items():
+        data = case_data(case, size)
+
+        def write(case: str = case, chunk: int = chunk, compressed: bool = compressed,
+                  data: np.ndarray = data) -> None:
+            store, finish = open_for(name, case_folder(folder, case), write=True)
+            array = zarr.create_array(store, shape=data.shape, chunks=(chunk,), dtype=data.dtype,
+                                      compressors=zarr.codecs.ZstdCodec() if compressed else None,
+                                      filters=None, fill_value=0, zarr_format=3)
+            array[:] = data
+            finish()
+
+        seconds, _ = timed(write)
+        figures[f"{case}: write"] = data.nbytes / seconds
     return figures
+
+
+def read_phase(name: str, folder: Path, size: int) -> dict[str, float]:
+    """Whole-array reads, the first cold (the caller dropped the page cache), then warm.
+
+    Both read into one array whose pages are touched beforehand: allocating the
+    output would cost a page fault per page, alike for every store and often
+    more than the read (see the module's notes).
+    """
+    figures = {}
+    out_array = np.ones(size, dtype=np.uint8)
+    for case in CASES:
+        data = case_data(case, size)
+        store, finish = open_for(name, case_folder(folder, case), write=False)
+        reader = zarr.open_array(store, mode="r")
+        out = cpu.NDBuffer.from_numpy_array(out_array)
+        seconds, _ = timed(read_into, reader, out)
+        figures[f"{case}: read cold"] = size / seconds
+        check_same(store, out_array, data)
+        warm = [timed(read_into, reader, out)[0] for _ in range(3)]
+        figures[f"{case}: read warm"] = size / statistics.median(warm)
+        if case == "64 KiB chunks":
+            figures[f"{case}: list_dir of the chunks"] = list_dir_rate(store)
+        finish()
+    return figures
+
+
+def list_dir_rate(store: Any) -> float:
+    """Names per second listing the chunk folder ``c`` (one name per chunk), warm."""
+    async def names() -> int:
+        return len([name async for name in store.list_dir("c")])
+
+    # on zarr's own event loop, as zarr's synchronous API runs everything: a store
+    # may bind its connection to the loop it first ran on (zarr-sqlite does)
+    count = sync(names())
+    times = [timed(sync, names())[0] for _ in range(5)]
+    return count / statistics.median(times)
+
+
+def random_phase(name: str, folder: Path, size: int) -> dict[str, float]:
+    """Chunks per second reading chunks one by one in a random order, cold then warm."""
+    figures = {}
+    for case, (chunk, _) in CASES.items():
+        chunks = size // chunk
+        count = max(1, min(RANDOM_CHUNKS, chunks // 2))
+        order = np.random.default_rng(11).permutation(chunks)[:count]
+        store, finish = open_for(name, case_folder(folder, case), write=False)
+        reader = zarr.open_array(store, mode="r")
+
+        def read_chunks(reader: Any = reader, order: np.ndarray = order,
+                        chunk: int = chunk) -> None:
+            for index in order:
+                reader[int(index) * chunk:(int(index) + 1) * chunk]
+
+        for temperature in ("cold", "warm"):
+            seconds, _ = timed(read_chunks)
+            figures[f"{case}: random chunks {temperature}"] = len(order) / seconds
+        finish()
+    return figures
+
+
+PHASES = {"write": write_phase, "read": read_phase, "random": random_phase}
 
 
 def read_into(reader: Any, out: Any) -> Any:
@@ -145,9 +291,9 @@ def check_same(store: Any, back: np.ndarray, data: np.ndarray) -> None:
 
 
 # ---------------------------------------------------------------- raw keys
-def raw_figures(make: Callable[[Path], Any], folder: Path, keys: int) -> dict[str, float]:
+def raw_figures(name: str, folder: Path, keys: int) -> dict[str, float]:
     """Keys per second for 64 KiB values: sequential awaits, gathered awaits, sync calls."""
-    store = make(folder / "raw")
+    store, finish = open_for(name, folder / "raw", write=True)
     value = cpu.Buffer.from_bytes(np.random.default_rng(0).bytes(RAW_VALUE))
     prototype = default_buffer_prototype()
     names = [f"raw/c/{i}" for i in range(keys)]
@@ -194,7 +340,7 @@ def raw_figures(make: Callable[[Path], Any], folder: Path, keys: int) -> dict[st
     for figure, (function, *coroutine) in runs.items():
         seconds, _ = timed(function, *(make() for make in coroutine))
         figures[figure] = keys / seconds
-    store.close()
+    finish()
     shutil.rmtree(folder / "raw", ignore_errors=True)
     return figures
 
@@ -272,124 +418,206 @@ def url_table(medians: dict[tuple[str, str], float], impls: list[str]) -> str:
 
 # ------------------------------------------------------------------ driver
 def worker(args: argparse.Namespace) -> None:
-    """Measure one implementation in this process; print its figures as JSON."""
-    data = np.resize(np.arange(1, 252, dtype=np.uint8), args.size)  # no chunk equals the fill value
-    with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench_zarr-") as workdir:
-        folder = Path(workdir)
-        if args.worker.startswith("url:"):
-            figures = url_figures(args.worker[4:], folder, data)
-        else:
-            figures = {**array_figures(IMPLS[args.worker], folder, data),
-                       **raw_figures(IMPLS[args.worker], folder, args.keys)}
+    """Measure one phase of one implementation in this process; print its figures as JSON."""
+    folder = Path(args.folder)
+    if args.worker.startswith("url:"):
+        data = np.resize(np.arange(1, 252, dtype=np.uint8), args.size)
+        figures = url_figures(args.worker[4:], folder, data)
+    elif args.phase == "raw":
+        figures = raw_figures(args.worker, folder, args.keys)
+    else:
+        figures = PHASES[args.phase](args.worker, folder, args.size)
     print(json.dumps(figures))
 
 
+def run_phase(args: argparse.Namespace, name: str, phase: str, folder: Path
+              ) -> dict[str, float]:
+    """One phase of one implementation in a fresh process; its figures."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", name, "--phase", phase, "--size", str(args.size),
+         "--keys", str(args.keys), "--folder", str(folder)],
+        capture_output=True, text=True, check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{name} ({phase}) failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def make_cold(args: argparse.Namespace, folder: Path) -> None:
+    """Before a cold phase: the whole page cache dropped (root), else the store's files.
+
+    The smoke run only drops the store's own files' pages: the test suite runs
+    beside it, and every other test would start cold too.
+    """
+    if args.smoke:
+        os.sync()
+        drop_page_cache(folder)
+    else:
+        args.cold_how = drop_cold(folder)
+
+
 def measure(args: argparse.Namespace) -> dict[tuple[str, str], float]:
-    """Median speed per (figure, implementation), each run in a fresh process."""
+    """Median speed per (figure, implementation), each phase run in a fresh process."""
     samples: dict[tuple[str, str], list[float]] = {}
+    names = [*args.impls, *(f"url:{impl}" for impl in args.url_impls)]
     for round_ in range(args.rounds):
-        for name in [*args.impls, *(f"url:{impl}" for impl in args.url_impls)]:
-            done = subprocess.run(
-                [sys.executable, __file__, "--worker", name, "--size", str(args.size),
-                 "--keys", str(args.keys), "--dir", args.dir],
-                capture_output=True, text=True, check=False,
-            )
-            if done.returncode != 0:
-                raise SystemExit(f"{name} failed:\n{done.stderr}")
-            for figure, speed in json.loads(done.stdout.splitlines()[-1]).items():
+        turn = round_ % len(args.impls)  # a different one first each round
+        for name in args.impls[turn:] + args.impls[:turn] + names[len(args.impls):]:
+            folder = Path(tempfile.mkdtemp(dir=args.dir, prefix="bench_zarr-"))
+            try:
+                figures = {}
+                if name.startswith("url:"):
+                    figures.update(run_phase(args, name, "url", folder))
+                else:
+                    for phase in ("write", "read", "random"):
+                        if phase != "write":
+                            make_cold(args, folder)
+                        figures.update(run_phase(args, name, phase, folder))
+                    if name not in NO_RAW_KEYS:
+                        figures.update(run_phase(args, name, "raw", folder))
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            for figure, speed in figures.items():
                 samples.setdefault((figure, name), []).append(speed)
         print(f"  round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    print_samples(samples, [*args.impls, *(f"url:{impl}" for impl in args.url_impls)])
+    print_samples(samples, names)
     return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def unit_of(figure: str) -> tuple[str, float]:
+    """A figure's unit and the divisor from its raw speed (bytes/s or items/s)."""
+    if "random chunks" in figure:
+        return "chunks/s", 1
+    if "list_dir" in figure:
+        return "names/s", 1
+    if figure.startswith(("set", "get")):
+        return "keys/s", 1
+    return "MiB/s", 1 << 20
 
 
 def print_samples(samples: dict[tuple[str, str], list[float]], impls: list[str]) -> None:
     """Every round's figure per implementation on stderr, to judge the spread."""
     figures = list(dict.fromkeys(figure for figure, _ in samples))
     for figure in figures:
-        scale = 1 if figure.startswith(("set", "get")) else 1 << 20
-        if "|" in figure:  # a URL-string figure: one implementation measured two ways
-            cells = [f"{name} "
-                     + "/".join(f"{speed / scale:.0f}" for speed in samples[figure, name])
-                     for name in impls if (figure, name) in samples]
-            print(f"  {figure.replace('|', ' by ')}: " + ", ".join(cells), file=sys.stderr)
-            continue
+        scale = unit_of(figure)[1]
         cells = [f"{name} " + "/".join(f"{speed / scale:.0f}" for speed in samples[figure, name])
                  for name in impls if (figure, name) in samples]
-        print(f"  {figure}: " + ", ".join(cells), file=sys.stderr)
+        print(f"  {figure.replace('|', ' by ')}: " + ", ".join(cells), file=sys.stderr)
+
+
+def speed_table(medians: dict[tuple[str, str], float], impls: list[str]) -> list[str]:
+    figures = list(dict.fromkeys(figure for figure, name in medians if not name.startswith("url:")))
+    lines = ["| figure | unit | " + " | ".join(impls) + " |",
+             "|---|---|" + "---:|" * len(impls)]
+    for figure in figures:
+        unit, scale = unit_of(figure)
+        speeds = [medians.get((figure, name)) for name in impls]
+        cells = ["" if speed is None else f"{speed / scale:,.0f}" for speed in speeds]
+        lines.append(f"| {figure} | {unit} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def ratio_table(medians: dict[tuple[str, str], float], impls: list[str]) -> list[str]:
+    """Our speed over each peer's, as the targets pair them (above 1.0: ours is faster)."""
+    pairs = [(ours, theirs) for ours, theirs in PAIRS if ours in impls and theirs in impls]
+    figures = list(dict.fromkeys(figure for figure, name in medians if not name.startswith("url:")))
+    lines = ["| figure | " + " | ".join(f"{ours} / {theirs}" for ours, theirs in pairs) + " |",
+             "|---|" + "---:|" * len(pairs)]
+    for figure in figures:
+        cells = [ratio(medians.get((figure, ours)), medians.get((figure, theirs)))
+                 for ours, theirs in pairs]
+        lines.append(f"| {figure} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def table(medians: dict[tuple[str, str], float], args: argparse.Namespace, load: float) -> str:
-    impls = [name for name in args.impls if name != "LocalStore"]
-    figures = list(dict.fromkeys(figure for figure, _ in medians if "|" not in figure))
+    versions = [f"zarr-python {zarr.__version__}", f"Python {platform.python_version()}"]
+    for peer in ("zarr-sqlite", "icechunk"):
+        if peer in args.impls:
+            versions.append(f"{peer} {importlib.metadata.version(peer)}")
+    durability = (
+        "Durability differs: zarr-sqlite leaves SQLite's `synchronous=FULL` (WAL, an fsync at "
+        "every commit); our SQLite uses `synchronous=NORMAL` in WAL mode (no corruption on a "
+        "crash or power loss, but the last commits may roll back on power loss)"
+        + ("; \"SQLite FULL\" is ours with `synchronous=FULL`, the same promise as zarr-sqlite's"
+           if "SQLite FULL" in args.impls else
+           "; a `synchronous=` option to match it is not there yet"))
     lines = [
-        (f"zarr-python {zarr.__version__}, Python {platform.python_version()}, "
-         f"{os.cpu_count()} cores (load average {load:.1f} at the start), "
-         f"{time.strftime('%Y-%m-%d')}; array of {size_label(args.size)} (uint8, no "
-         f"compression); raw keys: {args.keys} values of 64 KiB.  Median of {args.rounds} rounds; "
-         "MiB/s for arrays, keys/s for raw keys; ratios are the adapter's speed over "
-         "LocalStore's (above 1.0: faster)."),
+        "## zarr-python 3 through zarr_store, and its peers",
         "",
-        ("| figure | LocalStore | " + " | ".join(impls) + " | "
-         + " | ".join(f"{n} ×" for n in impls) + " |"),
-        "|---|" + "---:|" * (1 + 2 * len(impls)),
+        (f"{', '.join(versions)}, {os.cpu_count()} cores shared with other jobs (load average "
+         f"{load:.1f} at the start), {time.strftime('%Y-%m-%d')}.  Arrays of "
+         f"{size_label(args.size)} (uint8) in three cases: 4 MiB chunks and 64 KiB chunks "
+         "without compression, and 1 MiB chunks of low-entropy random bytes with zstd.  Each "
+         "implementation runs each phase in a fresh process: writing (creating the array, "
+         "writing it, and the close, or for icechunk the commit, inside the timing); then, "
+         f"after the {args.cold_how}, reading each array whole (cold, then warm: the median of "
+         "3 reads) into an existing array; then, after another drop, reading "
+         f"up to {RANDOM_CHUNKS} chunks one by one in a random order (cold, then warm).  "
+         f"\"list_dir\": zarr's `list_dir` of the 64 KiB case's chunk folder (4,096 names at "
+         f"256 MiB), warm.  Raw keys: {args.keys:,} values of 64 KiB set and got through the "
+         "zarr Store API (not icechunk, whose writes mean nothing before a commit, nor "
+         "zarr-sqlite, which hangs when its connection is used from a second event loop).  "
+         f"Median of {args.rounds} rounds; a different implementation first each round."),
+        "",
+        durability + ".",
+        "",
+        *speed_table(medians, args.impls),
+        "",
+        ("Ratios: our speed over the peer's (above 1.0: ours is faster; within 0.90-1.10 "
+         "counts as even)."),
+        "",
+        *ratio_table(medians, args.impls),
     ]
-    for figure in figures:
-        scale = 1 if figure.startswith(("set", "get")) else 1 << 20
-        speeds = [medians.get((figure, name)) for name in ["LocalStore", *impls]]
-        cells = ["" if speed is None else f"{speed / scale:,.0f}" for speed in speeds]
-        base = speeds[0]
-        ratios = ["" if not base or speed is None else f"{speed / base:.2f}"
-                  for speed in speeds[1:]]
-        lines.append(f"| {figure} | " + " | ".join(cells + ratios) + " |")
     if args.url_impls:
         lines += ["", url_table(medians, args.url_impls)]
     return "\n".join(lines)
 
 
-def record(text: str) -> None:
-    """Replace (or append) the section between the markers in docs/benchmarks.md."""
-    path = ROOT / "docs" / "benchmarks.md"
-    section = f"{MARK_BEGIN}\n## zarr-python 3 through zarr_store\n\n{text}\n{MARK_END}"
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    if MARK_BEGIN in old and MARK_END in old:
-        head, rest = old.split(MARK_BEGIN, 1)
-        new = head + section + rest.split(MARK_END, 1)[1]
-    else:
-        new = old.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(new)
-    print(f"recorded in {path}", file=sys.stderr)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", type=parse_size, default=1 << 30,
-                        help="array size (default 1GiB)")
+    parser.add_argument("--size", type=parse_size, default=256 << 20,
+                        help="array size (default 256MiB)")
     parser.add_argument("--keys", type=int, default=4000,
                         help="raw keys per figure (default 4000)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds; the median is shown (default 3)")
-    parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=list(IMPLS))
+    parser.add_argument("--impls", nargs="+", choices=[*OURS, *PEERS],
+                        help="implementations (default: every one installed)")
     parser.add_argument("--url-impls", nargs="*", default=list(URL_IMPLS), choices=list(URL_IMPLS),
                         help="backends whose URL strings are measured (none: skip that table)")
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the stores live")
     parser.add_argument("--record", action="store_true",
                         help="write the table to docs/benchmarks.md")
-    parser.add_argument("--worker", choices=[*IMPLS, *(f"url:{impl}" for impl in URL_IMPLS)],
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny arrays, few keys, one round: that it all still runs")
+    parser.add_argument("--require-peers", action="store_true",
+                        help="fail (status 3) when zarr-sqlite or icechunk is missing")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=[*PHASES, "raw", "url"], help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
         return
-    if args.size % (max(CHUNK_COUNTS) * 16):
-        parser.error(f"--size must be a multiple of {max(CHUNK_COUNTS) * 16} bytes")
-    if "LocalStore" not in args.impls:
+    if args.smoke:
+        if args.record:
+            parser.error("--smoke figures are not worth recording")
+        args.size, args.keys, args.rounds = 4 << 20, 64, 1
+        args.url_impls = args.url_impls[:1]
+    if args.size % (max(CHUNK_COUNTS) * 16) or args.size % (4 << 20):
+        parser.error("--size must be a multiple of 4 MiB")
+    missing_peers({peer: peer_installed(peer) for peer in PEERS}, args.require_peers)
+    if args.impls is None:
+        args.impls = available_impls()
+    elif "LocalStore" not in args.impls:
         args.impls = ["LocalStore", *args.impls]
-    load = os.getloadavg()[0]
+    args.cold_how = "store's files' pages dropped" if args.smoke else "page cache dropped"
+    load = load_average()
     text = table(measure(args), args, load)
     print(text)
     if args.record:
-        record(text)
+        record_section(MARK_BEGIN, MARK_END, text)
 
 
 if __name__ == "__main__":
