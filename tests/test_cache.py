@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 import zstores
-from zstores import DirectoryStore, LMDBStore, LRUStoreCache, MemoryStore, SQLiteStore
+from zstores import (
+    DirectoryStore,
+    LMDBStore,
+    LRUStoreCache,
+    MemoryStore,
+    SQLiteStore,
+    TransactionError,
+)
 from zstores.testing import StoreTests
 from zstores.wrappers import cache as cache_module
 
@@ -431,3 +438,23 @@ def test_wrappers_follow_the_inner_store_for_blocking_and_reopen_their_own_handl
     other.close()
     inner["k"] = b"v"  # closing the reopened wrapper left this handle open
     assert cache["k"] == b"v"
+
+
+def test_cache_refuses_work_inside_a_transaction_on_its_store():
+    """A transaction opened on the wrapped store would hand the cache uncommitted values."""
+    inner = MemoryStore()
+    cache = LRUStoreCache(inner, max_size=None)
+    inner["a"] = b"committed"
+    with inner.transaction() as tx:
+        inner["a"] = b"uncommitted"
+        for use in (lambda: cache["a"], lambda: cache.__setitem__("b", b"1"),
+                    lambda: "a" in cache, cache.listdir, lambda: cache.getitems(["a"])):
+            with pytest.raises(TransactionError, match="LRUStoreCache"):
+                use()
+        tx.rollback()
+    assert cache["a"] == b"committed"
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(cache["a"]))
+    thread.start()
+    thread.join()
+    assert seen == [b"committed"]

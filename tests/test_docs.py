@@ -679,7 +679,8 @@ def test_flag_table_matches_the_base_class() -> None:
     rows = table_rows(DOCS / "api" / "stores.md", "attribute", "base default")
     documented = {row["attribute"].strip("`"): row["base default"].strip("`") for row in rows}
     flags = {"supports_range_reads", "supports_process_writers", "supports_deletes",
-             "max_value_size", "persistent", "hierarchical"}
+             "max_value_size", "persistent", "hierarchical", "supports_transactions",
+             "supports_snapshots"}
     assert set(documented) == flags
     for name, default in documented.items():
         assert repr(getattr(zstores.Store, name)) == default, name

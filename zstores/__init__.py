@@ -33,6 +33,8 @@ from .errors import (
     StoreIOError,
     StoreLockedError,
     StoreNotFoundError,
+    TransactionConflictError,
+    TransactionError,
     UnsafePathError,
     UnsupportedOperationError,
     ValueTooLargeError,
@@ -47,6 +49,7 @@ from .stores.mongodb import MongoDBStore
 from .stores.redis import RedisStore
 from .stores.sqlite import SQLiteStore
 from .stores.zip import ZipStore
+from .transactions import Transaction
 from .urls import StoreURLError, open_store
 
 __version__ = "0.1.0"
@@ -129,6 +132,9 @@ __all__ = [
     "StoreURLError",
     "SynchronizedArray",
     "ThreadSynchronizer",
+    "Transaction",
+    "TransactionConflictError",
+    "TransactionError",
     "UnsafePathError",
     "UnsupportedOperationError",
     "ValueTooLargeError",

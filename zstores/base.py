@@ -27,8 +27,9 @@ handle).  The underscore methods are the backends' side of the contract.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .errors import (
     InvalidKeyError,
@@ -36,10 +37,14 @@ from .errors import (
     StoreClosedError,
     StoreExistsError,
     StoreNotFoundError,
+    TransactionError,
     UnsupportedOperationError,
     ValueTooLargeError,
 )
 from .keys import child_name, normalize_key, normalize_storage_path, prefix_of
+
+if TYPE_CHECKING:
+    from .transactions import ChangeSet, Transaction
 
 __all__ = ["MODES", "Mode", "Store", "children_by_seek", "to_buffer"]
 
@@ -172,10 +177,19 @@ class Store(MutableMapping[str, bytes]):
     #: False (Berkeley DB's ndbm reads ``b""`` back as a missing key): such a
     #: store refuses empty values with ``UnsupportedOperationError``.
     supports_empty_values: bool = True
+    #: ``transaction()`` works: writes inside become visible together at commit,
+    #: or not at all (see ``zstores.transactions``).
+    supports_transactions: bool = False
+    #: ``snapshot()`` works: a read-only view of one state of the store.
+    supports_snapshots: bool = False
 
     def __init__(self, *, mode: Mode = "a") -> None:
         self._mode = check_mode(mode)
         self._closed = False
+        # Open transactions bound to a thread, by thread id: the public methods
+        # hand a call from such a thread to its transaction.  Empty almost
+        # always, so the check costs one truth test.
+        self._transactions: dict[int, Transaction] = {}
 
     # ------------------------------------------------------------ primitives
     def _get(self, key: str) -> bytes:
@@ -278,6 +292,26 @@ class Store(MutableMapping[str, bytes]):
     def _close(self) -> None:
         """Release the backend's resources; called once."""
 
+    def _commit_changes(self, changes: ChangeSet) -> None:
+        """Check ``changes.reads`` and apply the changes, atomically: all or nothing.
+
+        Backends that set ``supports_transactions`` implement it in one backend
+        transaction: ``changes.check(current, self)`` with ``current`` reading
+        inside it, then delete the keys under each prefix of
+        ``changes.cleared``, then set or delete each key of ``changes.writes``.
+        """
+        raise UnsupportedOperationError(f"{self!r} cannot commit a transaction")
+
+    def _snapshot(self) -> Store:
+        """A read-only store showing the data as it is now, whatever is written later."""
+        raise UnsupportedOperationError(f"{self!r} cannot take a snapshot")
+
+    def _check_transaction_keys(self, keys: list[str]) -> None:
+        """Refuse, when a transaction writes them, keys the store refuses to write."""
+
+    def _check_transaction_prefix(self, prefix: str) -> None:
+        """Refuse, when a transaction removes or renames it, a prefix the store protects."""
+
     def _location(self) -> Any:
         """What identifies the stored data: equal for two handles on it."""
         return id(self)
@@ -354,19 +388,27 @@ class Store(MutableMapping[str, bytes]):
     def __getitem__(self, key: str) -> bytes:
         if self._closed:
             self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx[key]
         return self._get(self._key(key))
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._check_writable()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.__setitem__(key, value)
         key = self._key(key)
         self._set(key, self._value(key, value))
 
     def __delitem__(self, key: str) -> None:
         self._check_writable()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.__delitem__(key)
         self._delete(self._key(key))
 
     def __contains__(self, key: object) -> bool:
         self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return key in tx
         try:
             key = self._key(key)  # type: ignore[arg-type]
         except (InvalidKeyError, TypeError):
@@ -375,10 +417,14 @@ class Store(MutableMapping[str, bytes]):
 
     def __iter__(self) -> Iterator[str]:
         self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return iter(tx)
         return iter(self._list_prefix(""))
 
     def __len__(self) -> int:
         self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return len(tx)
         return self._len()
 
     def update(self, other: Any = (), /, **kwargs: Any) -> None:  # type: ignore[override]
@@ -390,6 +436,8 @@ class Store(MutableMapping[str, bytes]):
     def clear(self) -> None:
         """Delete every key."""
         self._check_writable()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.clear()
         self._clear()
 
     # ---------------------------------------------------------------- extras
@@ -414,6 +462,8 @@ class Store(MutableMapping[str, bytes]):
             If ``length`` is negative.
         """
         self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.get_range(key, start, length)
         if length is not None and length < 0:
             raise ValueError(f"length must be >= 0 or None, not {length}")
         return self._get_range(self._key(key), int(start), length)
@@ -421,6 +471,8 @@ class Store(MutableMapping[str, bytes]):
     def getitems(self, keys: Iterable[str]) -> dict[str, bytes]:
         """Values of the keys that exist, keyed as asked; missing keys are left out."""
         self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.getitems(keys)
         asked = {key: self._key(key) for key in keys}
         found = self._get_many(list(dict.fromkeys(asked.values())))
         return {key: found[norm] for key, norm in asked.items() if norm in found}
@@ -428,6 +480,8 @@ class Store(MutableMapping[str, bytes]):
     def setitems(self, values: Mapping[str, Any]) -> None:
         """Set many keys in one transaction or round trip where the backend allows."""
         self._check_writable()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.setitems(values)
         items = {}
         for key, value in values.items():
             key = self._key(key)
@@ -437,16 +491,22 @@ class Store(MutableMapping[str, bytes]):
     def delitems(self, keys: Iterable[str]) -> None:
         """Delete many keys at once; keys that do not exist are ignored."""
         self._check_writable()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.delitems(keys)
         self._delete_many(list(dict.fromkeys(self._key(key) for key in keys)))
 
     def listdir(self, path: str = "") -> list[str]:
         """Sorted names of the keys and sub-prefixes directly under ``path``."""
         self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.listdir(path)
         return sorted(self._listdir(prefix_of(normalize_storage_path(path))))
 
     def rmdir(self, path: str = "") -> None:
         """Delete every key under ``path`` (the whole store for ``""``)."""
         self._check_writable()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.rmdir(path)
         path = normalize_storage_path(path)
         if path:
             self._rmdir(prefix_of(path))
@@ -456,6 +516,8 @@ class Store(MutableMapping[str, bytes]):
     def getsize(self, path: str = "") -> int:
         """Size of the value at ``path``, or the total under the prefix; 0 if absent."""
         self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.getsize(path)
         path = normalize_storage_path(path)
         if path:
             path = self._key(path)
@@ -535,6 +597,8 @@ class Store(MutableMapping[str, bytes]):
         """
         if self._closed:
             self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.stat(key)
         return self._stat(self._key(key))
 
     def list_prefix(self, path: str = "") -> list[str]:
@@ -575,6 +639,8 @@ class Store(MutableMapping[str, bytes]):
         ['a', 'a/b', 'a/c/1', 'ab/d']
         """
         self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.list_prefix(path)
         return sorted(self._list_prefix(self._folder_prefix(path)))
 
     def getsize_prefix(self, path: str = "") -> int:
@@ -610,6 +676,8 @@ class Store(MutableMapping[str, bytes]):
         (5, 6, 0)
         """
         self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.getsize_prefix(path)
         return self._getsize_prefix(self._folder_prefix(path))
 
     @staticmethod
@@ -635,6 +703,8 @@ class Store(MutableMapping[str, bytes]):
             If either path is the root or ``dst_path`` lies inside ``src_path``.
         """
         self._check_writable()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.rename(src_path, dst_path)
         src, dst = self._key(src_path), self._key(dst_path)
         if src == dst:
             if not (self._contains(src) or self._listdir(prefix_of(src))):
@@ -653,6 +723,131 @@ class Store(MutableMapping[str, bytes]):
             moved = True
         if not moved:
             raise KeyError(src_path)
+
+    # ------------------------------------------------ transactions, snapshots
+    def transaction(self, *, bind_thread: bool = True) -> Transaction:
+        """Gather writes and commit them at once: all become visible together, or none.
+
+        Every write, delete, ``rmdir``, ``rename`` and ``clear`` made inside
+        ``with store.transaction():`` from the thread that opened it (or
+        through the returned object, from any thread) is held back and
+        applied in one backend transaction when the block ends; an exception
+        in the block rolls everything back, and a crash before the commit
+        leaves nothing.  Reads inside see the transaction's own writes; other
+        threads and processes see them only after the commit.
+
+        Conflicts are optimistic: the commit raises
+        ``TransactionConflictError`` (applying nothing) when a value the
+        transaction read was changed by another writer since it read it.
+        Writes that read nothing never conflict: the later commit wins.
+
+        Parameters
+        ----------
+        bind_thread : bool
+            True (default): this store's own methods, called from this thread,
+            act in the transaction until it ends.  False: only the returned
+            object does (an adapter passing it to worker threads).
+
+        Returns
+        -------
+        zstores.Transaction
+            A ``Store`` over this one; a context manager that commits on a
+            normal exit.  ``commit()``/``rollback()`` end it explicitly.
+
+        Raises
+        ------
+        UnsupportedOperationError
+            If the store cannot commit atomically (``supports_transactions``
+            is False: folders, zip archives, dbm files).
+        TransactionError
+            If this thread already has a transaction open on the store
+            (transactions do not nest).
+        StoreClosedError
+            If the store is closed.
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> store = MemoryStore()
+        >>> store["x/0"] = b"old"
+        >>> try:
+        ...     with store.transaction():
+        ...         store["x/0"] = b"new"
+        ...         store["x/1"] = b"new"
+        ...         raise RuntimeError("changed my mind")
+        ... except RuntimeError:
+        ...     pass
+        >>> sorted(store.items())
+        [('x/0', b'old')]
+        """
+        self._check_open()
+        if not self.supports_transactions:
+            raise UnsupportedOperationError(
+                f"{self!r} cannot run transactions (supports_transactions=False): it has no "
+                "way to make several writes visible at once; use LMDB, SQLite, Memory, Redis "
+                "or MongoDB for atomic commits"
+            )
+        if bind_thread and self._transactions and self._own_transaction() is not None:
+            raise TransactionError(
+                f"{self!r}: this thread already has a transaction open on the store, and "
+                "transactions do not nest (commit or roll back the open one first)"
+            )
+        from .transactions import Transaction
+
+        return Transaction(self, bind_thread=bind_thread)
+
+    @property
+    def in_transaction(self) -> bool:
+        """True when the calling thread has a transaction open on this store."""
+        return bool(self._transactions) and self._own_transaction() is not None
+
+    def snapshot(self) -> Store:
+        """A read-only view of the store as it is now, unaffected by later writes.
+
+        The view is a ``Store`` (mode ``"r"``) usable from several threads
+        until closed; use it as a context manager, or ``close()`` it: a
+        snapshot holds resources (LMDB and SQLite keep the old pages it reads
+        from being reused, a MemoryStore's is a copy).
+
+        Raises
+        ------
+        UnsupportedOperationError
+            If the store cannot (``supports_snapshots`` is False).
+        StoreClosedError
+            If the store is closed.
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> store = MemoryStore()
+        >>> store["a"] = b"1"
+        >>> with store.snapshot() as view:
+        ...     store["a"] = b"2"
+        ...     view["a"], store["a"], view.read_only
+        (b'1', b'2', True)
+        """
+        self._check_open()
+        if not self.supports_snapshots:
+            raise UnsupportedOperationError(
+                f"{self!r} cannot take snapshots (supports_snapshots=False): it cannot show "
+                "one state of its data while writers go on"
+            )
+        return self._snapshot()
+
+    def _own_transaction(self) -> Transaction | None:
+        """The transaction the calling thread has open on this store, if any."""
+        tx = self._transactions.get(threading.get_ident())
+        if tx is None or tx._thread is not threading.current_thread():
+            return None  # a dead thread's id, reused
+        return tx
+
+    def _bind_transaction(self, tx: Transaction) -> None:
+        self._transactions[threading.get_ident()] = tx
+
+    def _unbind_transaction(self, tx: Transaction) -> None:
+        for ident, bound in list(self._transactions.items()):
+            if bound is tx:
+                del self._transactions[ident]
 
     # --------------------------------------------------------------- lifecycle
     def close(self) -> None:

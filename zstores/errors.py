@@ -111,6 +111,30 @@ class UnsupportedOperationError(ZStoresError, NotImplementedError):
     """The backend declares it cannot do this operation (see its capability flags)."""
 
 
+class TransactionError(ZStoresError, RuntimeError):
+    """A transaction or snapshot was used against its rules.
+
+    Opening a second transaction in a thread that has one (nested use),
+    writing through a finished transaction, or using a closed snapshot.
+    """
+
+
+class TransactionConflictError(TransactionError):
+    """A transaction's commit found a value it read changed by another writer.
+
+    Nothing of the transaction was committed.  Optimistic concurrency: run
+    the transaction again (it then reads the new value); the message names
+    the keys that changed.  ``keys`` holds them.
+    """
+
+    def __init__(self, message: str, keys: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.keys = keys
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.keys))
+
+
 class LockOrderError(ZStoresError, RuntimeError):
     """A lock was asked for in an order that could deadlock (see ``SynchronizedArray.locked``)."""
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ..base import Buffer, Mode, Store
+
+if TYPE_CHECKING:
+    from ..transactions import ChangeSet
 
 __all__ = ["MemoryStore"]
 
@@ -12,8 +17,11 @@ __all__ = ["MemoryStore"]
 class MemoryStore(Store):
     """Keys and values in a Python dict; gone when the object is.
 
-    Pickling copies the data.  Thread-safe: every primitive is one dict
-    operation, which the interpreter makes atomic.
+    Pickling copies the data.  Thread-safe: a one-key read is one dict
+    operation, which the interpreter makes atomic; writes, reads of several
+    keys and listings hold the store's lock, so a transaction's commit (under
+    the lock) shows all its writes to them at once.  A snapshot is a copy of
+    the dict (its values are shared, not copied).
 
     Parameters
     ----------
@@ -33,27 +41,88 @@ class MemoryStore(Store):
     blocking = False
 
     persistent = False
+    supports_transactions = True
+    supports_snapshots = True
 
     def __init__(self, *, mode: Mode = "a") -> None:
         super().__init__(mode=mode)
         self._data: dict[str, bytes] = {}
+        self._lock = threading.RLock()
 
     def _get(self, key: str) -> bytes:
         return self._data[key]
 
     def _set(self, key: str, value: Buffer) -> None:
-        self._data[key] = bytes(value)
+        value = bytes(value)
+        with self._lock:
+            self._data[key] = value
 
     def _delete(self, key: str) -> None:
-        del self._data[key]
+        with self._lock:
+            del self._data[key]
 
     def _contains(self, key: str) -> bool:
         return key in self._data
 
     def _list_prefix(self, prefix: str) -> Iterable[str]:
-        if not prefix:
-            return list(self._data)
-        return [key for key in list(self._data) if key.startswith(prefix)]
+        with self._lock:
+            if not prefix:
+                return list(self._data)
+            return [key for key in self._data if key.startswith(prefix)]
+
+    # Batches run the base class's loops (so a subclass's primitives stay in
+    # charge) under the lock: a commit shows all its writes to them or none.
+    def _get_many(self, keys: list[str]) -> dict[str, bytes]:
+        with self._lock:
+            return super()._get_many(keys)
+
+    def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
+        with self._lock:
+            super()._set_many(items)
+
+    def _delete_many(self, keys: list[str]) -> None:
+        with self._lock:
+            super()._delete_many(keys)
+
+    def _rmdir(self, prefix: str) -> None:
+        with self._lock:
+            super()._rmdir(prefix)
+
+    def _rename_key(self, src: str, dst: str) -> None:
+        with self._lock:
+            super()._rename_key(src, dst)
+
+    def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
+        with self._lock:
+            super()._rename_prefix(src_prefix, dst_prefix)
+
+    def _commit_changes(self, changes: ChangeSet) -> None:
+        with self._lock:
+            changes.check(self._value_or_none, self)
+            for prefix in changes.cleared:
+                self._rmdir(prefix)
+            for key, value in changes.writes.items():
+                if value is None:
+                    self._delete_many([key])
+                else:
+                    self._set(key, value)
+
+    def _value_or_none(self, key: str) -> bytes | None:
+        try:
+            return self._get(key)
+        except KeyError:
+            return None
+
+    def _snapshot(self) -> Store:
+        # A copy of this object (a subclass keeps its own primitives) with a
+        # copy of the dict, read-only.
+        view = type(self).__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        Store.__init__(view, mode="r")
+        view._lock = threading.RLock()
+        with self._lock:
+            view._data = dict(self._data)
+        return view
 
     def _getsize_key(self, key: str) -> int:
         return len(self._data[key])
@@ -66,4 +135,5 @@ class MemoryStore(Store):
         return len(self._data)
 
     def _clear(self) -> None:
-        self._data.clear()
+        with self._lock:
+            self._data.clear()

@@ -8,7 +8,8 @@ two sets are disjoint), which lets hierarchical stores take part unchanged.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -16,6 +17,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -48,11 +50,51 @@ def run_stateful_test(tests: StoreTests, tmp_path_factory: pytest.TempPathFactor
             location = tmp_path_factory.mktemp("stateful") / f"store{next(counter)}"
             self.store = tests.open_store(location, mode="w")
             self.model: dict[str, bytes] = {}
+            # While a transaction is open: the model as committed (what other
+            # threads must see), and the transaction.
+            self.committed: dict[str, bytes] | None = None
+            self.tx: Any = None
 
         def teardown(self) -> None:
             store = getattr(self, "store", None)
             if store is not None:
+                if self.tx is not None and not self.tx.closed:
+                    self.tx.rollback()
                 store.close()
+
+        def transactions(self) -> bool:
+            return hasattr(self, "store") and self.store.supports_transactions
+
+        @precondition(lambda self: self.transactions() and self.tx is None)
+        @rule()
+        def begin(self) -> None:
+            self.tx = self.store.transaction()
+            self.committed = dict(self.model)
+
+        def seen_by_another_thread(self) -> dict[str, bytes]:
+            seen: dict[str, bytes] = {}
+            thread = threading.Thread(
+                target=lambda: seen.update({key: self.store[key] for key in self.store}))
+            thread.start()
+            thread.join(60)
+            return seen
+
+        @precondition(lambda self: self.tx is not None)
+        @rule()
+        def commit(self) -> None:
+            assert self.seen_by_another_thread() == self.committed, (
+                "another thread saw the open transaction's writes")
+            self.tx.commit()
+            self.tx = self.committed = None
+            assert self.seen_by_another_thread() == self.model
+
+        @precondition(lambda self: self.tx is not None)
+        @rule()
+        def rollback(self) -> None:
+            self.tx.rollback()
+            assert self.committed is not None
+            self.model = self.committed
+            self.tx = self.committed = None
 
         def storable(self, value: bytes) -> bytes:
             # A store that declares supports_empty_values=False refuses b"".

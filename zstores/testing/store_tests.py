@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
+import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -19,11 +22,15 @@ from ..errors import (
     StoreClosedError,
     StoreExistsError,
     StoreNotFoundError,
+    TransactionConflictError,
+    TransactionError,
     UnsupportedOperationError,
     ValueTooLargeError,
 )
 from .stateful import run_stateful_test
-from .workers import value_for, write_keys
+from .workers import overwrite, value_for, write_in_transaction, write_keys
+
+T = TypeVar("T")
 
 MiB = 1 << 20
 
@@ -938,6 +945,323 @@ class StoreTests:
             assert store.get_range("big/0.1", 20 * MiB, 10) == second[20 * MiB : 20 * MiB + 10]
         finally:
             store.close()
+
+    # ---------------------------------------------------- transactions
+    # Driven by supports_transactions / supports_snapshots: a store that
+    # declares it cannot must refuse clearly, one that can must keep every
+    # promise of Store.transaction and Store.snapshot.
+    def requires_transactions(self, store: Store) -> None:
+        if not store.supports_transactions:
+            pytest.skip(f"{type(store).__name__} declares supports_transactions=False")
+
+    def requires_snapshots(self, store: Store) -> None:
+        if not store.supports_snapshots:
+            pytest.skip(f"{type(store).__name__} declares supports_snapshots=False")
+
+    def in_other_thread(self, call: Callable[[], T]) -> T:
+        """``call()`` run in a new thread; its result, or its exception re-raised."""
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, call()))
+            except BaseException as error:  # noqa: BLE001 - re-raised below
+                outcome.append((False, error))
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join(timeout=120)
+        ok, result = outcome[0]
+        if not ok:
+            raise result
+        return result  # type: ignore[no-any-return]
+
+    def committed_view(self, store: Store) -> Callable[[], dict[str, bytes]]:
+        """What another handle (persistent stores) or another thread sees of the store."""
+        if store.persistent and store.supports_process_writers:
+            def from_other_handle() -> dict[str, bytes]:
+                reader = store.reopen("r")
+                try:
+                    return {key: reader[key] for key in reader}
+                finally:
+                    reader.close()
+
+            return from_other_handle
+        return lambda: self.in_other_thread(lambda: {key: store[key] for key in store})
+
+    def test_transactions_refused_when_declared(self, store: Store) -> None:
+        assert isinstance(store.supports_transactions, bool)
+        assert isinstance(store.supports_snapshots, bool)
+        if not store.supports_transactions:
+            with pytest.raises(UnsupportedOperationError, match=type(store).__name__):
+                store.transaction()
+        if not store.supports_snapshots:
+            with pytest.raises(UnsupportedOperationError, match=type(store).__name__):
+                store.snapshot()
+
+    def test_transaction_commits_everything_at_once(self, store: Store) -> None:
+        self.requires_transactions(store)
+        store.update({"arr/0": b"old", "arr/1": b"old", "arr/gone": b"old"})
+        before = self.listed(store)
+        others = self.committed_view(store)
+        with store.transaction() as tx:
+            store.update({"arr/0": b"new", "arr/1": b"new", "arr/2": b"new"})
+            del store["arr/gone"]
+            assert others() == before, "another handle saw a write before the commit"
+            assert not tx.committed
+        assert tx.committed and tx.state == "committed"
+        expected = {"arr/0": b"new", "arr/1": b"new", "arr/2": b"new"}
+        assert others() == expected
+        assert self.listed(store) == expected
+
+    def test_transaction_sees_its_own_writes(self, store: Store) -> None:
+        self.requires_transactions(store)
+        store.update({"a/x": b"12345", "a/y": b"1", "b/z": b"22", "c": b"333"})
+        with store.transaction() as tx:
+            store["a/new"] = b"abcdef"
+            del store["a/y"]
+            store.rmdir("b")
+            store["b/w"] = b"w"
+            store.rename("c", "d/c")
+            for view in (store, tx):
+                assert view["a/new"] == b"abcdef"
+                assert "a/y" not in view and "b/z" not in view and "c" not in view
+                assert view.get_range("a/new", 2, 3) == b"cde"
+                assert view.getitems(["a/x", "a/y", "a/new"]) == {"a/x": b"12345",
+                                                                  "a/new": b"abcdef"}
+                assert view.listdir() == ["a", "b", "d"]
+                assert view.listdir("a") == ["new", "x"]
+                assert view.list_prefix() == ["a/new", "a/x", "b/w", "d/c"]
+                assert len(view) == 4 and sorted(view) == view.list_prefix()
+                assert view.stat("a/new") == 6 and view.stat("a/y") is None
+                assert view.getsize("a") == 11 and view.getsize() == 15
+                assert view.getsize_prefix("b") == 1
+            with pytest.raises(KeyError):
+                del store["a/y"]
+        assert self.listed(store) == {"a/x": b"12345", "a/new": b"abcdef", "b/w": b"w",
+                                      "d/c": b"333"}
+
+    def test_transaction_is_hidden_from_other_threads(self, store: Store) -> None:
+        self.requires_transactions(store)
+        store["k"] = b"old"
+        with store.transaction():
+            store["k"] = b"new"
+            store["n"] = b"new"
+            seen = self.in_other_thread(lambda: (store["k"], "n" in store, sorted(store)))
+            assert seen == (b"old", False, ["k"])
+            # Another thread's own writes go straight to the store meanwhile.
+            self.in_other_thread(lambda: store.__setitem__("other", b"o"))
+            assert store["other"] == b"o"
+        assert self.in_other_thread(lambda: store["k"]) == b"new"
+        assert sorted(store) == ["k", "n", "other"]
+
+    def test_transaction_rolls_back_on_exception(self, store: Store) -> None:
+        self.requires_transactions(store)
+        store.update({"a/0": b"old", "a/1": b"old"})
+        before = self.listed(store)
+        with pytest.raises(RuntimeError, match="inside"):
+            with store.transaction() as tx:
+                store["a/0"] = b"new"
+                store.rmdir("a")
+                store["b"] = b"new"
+                raise RuntimeError("inside")
+        assert tx.state == "rolled back"
+        assert self.listed(store) == before
+        tx = store.transaction()
+        store.clear()
+        tx.rollback()
+        assert self.listed(store) == before
+        with pytest.raises(StoreClosedError, match="rolled back"):
+            tx["a/0"] = b"x"
+        store["c"] = b"after"  # the thread is free of the ended transaction
+        assert self.in_other_thread(lambda: store["c"]) == b"after"
+
+    def test_transaction_nesting_refused(self, store: Store) -> None:
+        self.requires_transactions(store)
+        with store.transaction() as tx:
+            store["a"] = b"1"
+            with pytest.raises(TransactionError, match="nest"):
+                store.transaction()
+            with pytest.raises(TransactionError, match="nest"):
+                tx.transaction()
+            assert store.in_transaction
+            # Another thread may open its own.
+            self.in_other_thread(lambda: store.transaction().rollback())
+        assert not store.in_transaction
+        assert store["a"] == b"1"
+
+    def test_transaction_ended_refuses_use(self, store: Store) -> None:
+        self.requires_transactions(store)
+        with store.transaction() as tx:
+            tx["a"] = b"1"
+        for use in (lambda: tx["a"], lambda: tx.__setitem__("a", b"2"), tx.commit,
+                    tx.rollback):
+            with pytest.raises(StoreClosedError, match="committed"):
+                use()
+        with pytest.raises(TypeError, match="pickle"):
+            pickle.dumps(store.transaction())
+
+    def test_transaction_on_read_only_store_refuses_writes(
+        self, store: Store, location: Path
+    ) -> None:
+        self.requires_transactions(store)
+        self.requires_persistence(store)
+        store["a"] = b"1"
+        reader = self.reopen(store, location, mode="r")
+        try:
+            with reader.transaction():
+                assert reader["a"] == b"1"
+                with pytest.raises(ReadOnlyError):
+                    reader["a"] = b"2"
+        finally:
+            reader.close()
+
+    def test_transaction_conflicts_on_changed_reads(self, store: Store) -> None:
+        self.requires_transactions(store)
+        store.update({"c/0": b"0", "c/1": b"1"})
+        writer = store.reopen("a") if store.persistent else store
+        try:
+            tx = store.transaction()
+            assert store["c/0"] == b"0"  # read: the commit checks it
+            store["c/1"] = b"from tx"
+            store["c/2"] = b"from tx"
+            self.in_other_thread(lambda: writer.__setitem__("c/0", b"changed"))
+            with pytest.raises(TransactionConflictError, match="c/0") as caught:
+                tx.commit()
+            assert caught.value.keys == ("c/0",)
+            assert tx.state == "failed"
+            assert self.listed(store) == {"c/0": b"changed", "c/1": b"1"}
+            # Disjoint writers both commit; blind writes to one key: the later wins.
+            first = store.transaction(bind_thread=False)
+            second = store.transaction(bind_thread=False)
+            first["c/1"] = b"first"
+            first["c/3"] = b"first"
+            second["c/3"] = b"second"
+            second["c/4"] = b"second"
+            first.commit()
+            second.commit()
+            assert self.listed(store) == {"c/0": b"changed", "c/1": b"first",
+                                          "c/3": b"second", "c/4": b"second"}
+        finally:
+            if writer is not store:
+                writer.close()
+
+    def test_transaction_visible_to_another_process_only_at_commit(self, store: Store) -> None:
+        self.requires_transactions(store)
+        if not (store.persistent and store.supports_process_writers):
+            pytest.skip(f"{type(store).__name__}: no second process reaches this store")
+        store["old"] = b"old"
+        context = multiprocessing.get_context("spawn")
+        ready, go = context.Event(), context.Event()
+        items = {f"t/{i}": bytes([i]) * 100 for i in range(16)}
+        child = context.Process(target=write_in_transaction,
+                                args=(store, items, ready, go, True))
+        child.start()
+        try:
+            assert ready.wait(120), "the writer process did not start its transaction"
+            assert self.listed(store) == {"old": b"old"}
+            go.set()
+            child.join(120)
+            assert child.exitcode == 0
+            assert self.listed(store) == {"old": b"old", **items}
+        finally:
+            child.kill()
+            child.join()
+
+    def test_transaction_killed_process_leaves_nothing(self, store: Store) -> None:
+        self.requires_transactions(store)
+        if not (store.persistent and store.supports_process_writers):
+            pytest.skip(f"{type(store).__name__}: no second process reaches this store")
+        store.update({"t/0": b"old", "t/1": b"old"})
+        context = multiprocessing.get_context("spawn")
+        ready, go = context.Event(), context.Event()
+        items = {f"t/{i}": b"new" * 1000 for i in range(16)}
+        child = context.Process(target=write_in_transaction,
+                                args=(store, items, ready, go, True))
+        child.start()
+        try:
+            assert ready.wait(120), "the writer process did not start its transaction"
+        finally:
+            os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            child.join(120)
+        assert child.exitcode == -signal.SIGKILL
+        assert self.listed(store) == {"t/0": b"old", "t/1": b"old"}
+        with store.transaction():  # the store still takes transactions
+            store["t/0"] = b"after"
+        assert store["t/0"] == b"after"
+
+    # ------------------------------------------------------------ snapshots
+    def test_snapshot_is_unaffected_by_later_writes(self, store: Store) -> None:
+        self.requires_snapshots(store)
+        store.update({"a/0": b"v1", "a/1": b"v1", "b": b"v1"})
+        with store.snapshot() as view:
+            store.update({"a/0": b"v2", "a/2": b"v2"})
+            store.rmdir("b")
+            if store.persistent and store.supports_process_writers:
+                other = store.reopen("a")
+                other["a/1"] = b"other handle"
+                other.close()
+            for _ in range(2):
+                assert self.listed(view) == {"a/0": b"v1", "a/1": b"v1", "b": b"v1"}
+                assert view.listdir() == ["a", "b"] and len(view) == 3
+                assert view.getitems(["a/0", "a/2"]) == {"a/0": b"v1"}
+                assert view.get_range("a/0", 1) == b"1" and view.stat("a/2") is None
+                assert view.getsize() == 6 and view.list_prefix("a") == ["a/0", "a/1"]
+            assert store["a/0"] == b"v2"
+        assert view.closed
+        with pytest.raises(StoreClosedError):
+            view["a/0"]
+
+    def test_snapshot_is_read_only(self, store: Store) -> None:
+        self.requires_snapshots(store)
+        store["a"] = b"1"
+        with store.snapshot() as view:
+            assert view.read_only
+            for write in (lambda: view.__setitem__("a", b"2"), lambda: view.__delitem__("a"),
+                          lambda: view.rmdir(""), view.clear,
+                          lambda: view.setitems({"b": b"1"})):
+                with pytest.raises(ReadOnlyError):
+                    write()
+            assert view["a"] == b"1"
+        assert store["a"] == b"1"
+
+    def test_snapshot_serves_several_threads(self, store: Store) -> None:
+        self.requires_snapshots(store)
+        values = {f"k/{i}": value_for(i, i, 64) for i in range(32)}
+        store.update(values)
+        with store.snapshot() as view:
+            stop = threading.Event()
+
+            def overwrite() -> None:
+                round_ = 0
+                while not stop.is_set():
+                    round_ += 1
+                    store.update({key: bytes([round_ % 200 + 1]) * 10 for key in values})
+
+            writer = threading.Thread(target=overwrite)
+            writer.start()
+            try:
+                results = [self.in_other_thread(lambda: self.listed(view)) for _ in range(4)]
+            finally:
+                stop.set()
+                writer.join(120)
+            assert all(result == values for result in results)
+
+    def test_snapshot_is_unaffected_by_another_process(self, store: Store) -> None:
+        self.requires_snapshots(store)
+        if not (store.persistent and store.supports_process_writers):
+            pytest.skip(f"{type(store).__name__}: no second process reaches this store")
+        values = {f"p/{i}": b"before" for i in range(8)}
+        store.update(values)
+        context = multiprocessing.get_context("spawn")
+        with store.snapshot() as view:
+            child = context.Process(
+                target=overwrite, args=(store, {f"p/{i}": b"after" * 100 for i in range(16)}))
+            child.start()
+            child.join(120)
+            assert child.exitcode == 0
+            assert store["p/0"] == b"after" * 100
+            assert self.listed(view) == values
 
     # ------------------------------------------------------------- stateful
     def test_stateful_against_dict(self, tmp_path_factory: pytest.TempPathFactory) -> None:

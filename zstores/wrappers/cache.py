@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..base import Buffer, Mode, Store, _range_stop
+from ..errors import TransactionError
 from .delegate import WrapperStore
 
 __all__ = ["LRUStoreCache"]
@@ -170,6 +171,19 @@ class LRUStoreCache(WrapperStore):
         with self._lock:
             self._drop_listings()
 
+    def _refuse_inner_transaction(self) -> None:
+        """Refuse to work while this thread has a transaction open on the wrapped store.
+
+        The store would answer from the transaction, and the cache would then
+        keep (and serve to other threads) values that are not committed and
+        may never be.
+        """
+        if self._store.in_transaction:
+            raise TransactionError(
+                f"{self!r}: this thread has a transaction open on the wrapped store, whose "
+                "uncommitted values the cache must not keep; use the cache outside it"
+            )
+
     # -------------------------------------------------- cache bookkeeping
     # Every method below whose name starts with "_drop", "_insert" or
     # "_release" runs with the lock held.
@@ -231,6 +245,7 @@ class LRUStoreCache(WrapperStore):
 
     # -------------------------------------------------------------- reads
     def _get(self, key: str) -> bytes:
+        self._refuse_inner_transaction()
         with self._lock:
             found = self._lookup(key)
         if type(found) is bytes:
@@ -247,6 +262,7 @@ class LRUStoreCache(WrapperStore):
         return value
 
     def _get_many(self, keys: list[str]) -> dict[str, bytes]:
+        self._refuse_inner_transaction()
         found: dict[str, bytes] = {}
         tokens: dict[str, object] = {}
         with self._lock:
@@ -270,6 +286,7 @@ class LRUStoreCache(WrapperStore):
         return found
 
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
+        self._refuse_inner_transaction()
         with self._lock:
             value = self._values.get(key)
             if value is not None:
@@ -288,6 +305,7 @@ class LRUStoreCache(WrapperStore):
         return size
 
     def _stat(self, key: str) -> int | None:
+        self._refuse_inner_transaction()
         # A cached value or a cached "absent" answers without the store; the
         # store's stat caches nothing (it reads no value).
         with self._lock:
@@ -303,6 +321,7 @@ class LRUStoreCache(WrapperStore):
         return self._store.stat(key)
 
     def _contains(self, key: str) -> bool:
+        self._refuse_inner_transaction()
         with self._lock:
             if key in self._values:
                 return True
@@ -320,6 +339,7 @@ class LRUStoreCache(WrapperStore):
 
     def _cached_listing(self, cached: Callable[[], Any], fetch: Callable[[], Any],
                         keep: Callable[[Any], None]) -> Any:
+        self._refuse_inner_transaction()
         with self._lock:
             listing = cached()
             epoch = self._listing_epoch
@@ -341,6 +361,7 @@ class LRUStoreCache(WrapperStore):
         )
 
     def _list_prefix(self, prefix: str) -> Iterable[str]:
+        self._refuse_inner_transaction()
         if not prefix:
             return self._all_keys()
         with self._lock:
@@ -358,6 +379,7 @@ class LRUStoreCache(WrapperStore):
         )
 
     def _len(self) -> int:
+        self._refuse_inner_transaction()
         with self._lock:
             keys = self._keys_cache
         return len(keys) if keys is not None else len(self._store)
@@ -365,6 +387,7 @@ class LRUStoreCache(WrapperStore):
     # ------------------------------------------------------------- writes
     def _write(self, items: dict[str, Buffer | None], call: Callable[[], None]) -> None:
         """Run ``call`` (a write of ``items``; None: a delete) and update the cache around it."""
+        self._refuse_inner_transaction()
         with self._lock:
             bulk_epoch = self._bulk_epoch
             for key in items:
@@ -409,6 +432,7 @@ class LRUStoreCache(WrapperStore):
 
     def _bulk(self, matches: Callable[[str], bool], call: Callable[[], None]) -> None:
         """Run a prefix operation, dropping what it may touch before and after."""
+        self._refuse_inner_transaction()
         with self._lock:
             self._bulk_in_flight += 1
             self._drop_values(matches)
