@@ -4,7 +4,9 @@ Keys are copied in batches (``getitems`` from the source, ``setitems`` to the
 destination) by a pool of threads, each batch read back and compared.  Every
 store writes each key atomically, so an interrupted copy leaves whole values
 only; running the same command again skips the keys already identical and
-copies the rest.
+copies the rest.  Metadata keys are copied before the others: a destination
+that translates chunks by their array's metadata (``N5Store``) must know the
+array before its chunks arrive.
 
 Before writing anything, a copy that would leave a hierarchy zarr cannot
 read is refused (see ``_merge``): Zarr v2 into a store holding v3 or the
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base import Store
+from ..metadata.documents import metadata_format
 from ._common import (
     Pool,
     add_jobs,
@@ -214,9 +217,10 @@ def _copy_all(args: argparse.Namespace, src: Store, dst: Store, keys: list[str],
     try:
         with Pool(args.jobs) as pool:
             copier = _Copier(src, dst, args.if_exists, existing, pool, tally)
-            for done in pool.map(copier, batches(keys, BATCH_KEYS)):
-                key_bar.update(done.keys_done)
-                byte_bar.update(done.copied_bytes + done.skipped_bytes)
+            for phase in _metadata_first(keys):
+                for done in pool.map(copier, batches(phase, BATCH_KEYS)):
+                    key_bar.update(done.keys_done)
+                    byte_bar.update(done.copied_bytes + done.skipped_bytes)
     except KeyboardInterrupt:
         raise Interrupted(
             f"copied {plural(tally.copied, 'key')} ({human_size(tally.copied_bytes)}) and "
@@ -227,6 +231,13 @@ def _copy_all(args: argparse.Namespace, src: Store, dst: Store, keys: list[str],
         byte_bar.close()
         key_bar.close()
     return tally
+
+
+def _metadata_first(keys: list[str]) -> list[list[str]]:
+    """The keys in two phases: metadata documents, then everything else."""
+    metadata = [key for key in keys if metadata_format(key) is not None]
+    chosen = set(metadata)
+    return [metadata, [key for key in keys if key not in chosen]]
 
 
 def _report(args: argparse.Namespace, tally: _Tally, total: int) -> int:

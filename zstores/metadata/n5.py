@@ -140,10 +140,11 @@ supported (supported: raw, gzip, bzip2, xz, blosc, zstd)
 
 
 def _unwrapped(config: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    # zarr-python 2's N5Store names its n5_wrapper codec; the compressor is inside.
+    # zarr-python 2's N5Store names its n5_wrapper codec (only zarr-python 2 has
+    # it); the compressor is inside.
     if config.get("id") == "n5_wrapper":
         inner = config.get("compressor_config")
-        return None if inner is None or inner.get("id") == "raw" else inner
+        return None if not isinstance(inner, Mapping) or inner.get("id") == "raw" else inner
     return config
 
 
@@ -296,6 +297,8 @@ def array_to_n5(zarray: Any, where: str) -> dict[str, Any]:
     ...
     zstores.metadata.MetadataError: 'x/.zarray': fill_value 1.5: N5 has no fill value ...
     """
+    if isinstance(zarray, Mapping) and isinstance(zarray.get("compressor"), Mapping):
+        zarray = {**zarray, "compressor": _unwrapped(zarray["compressor"])}
     problems = check_array_v2(zarray)
     if problems:
         raise _fail(where, "; ".join(problems))

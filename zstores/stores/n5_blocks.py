@@ -40,6 +40,7 @@ Examples
 
 from __future__ import annotations
 
+import gzip
 import json
 import struct
 from collections.abc import Mapping
@@ -146,6 +147,20 @@ def _n5_codec(spec: BlockSpec) -> Codec | None:
     return _zarr_codec(spec.compressor)
 
 
+def _compress(codec: Codec | None, values: np.ndarray) -> bytes:
+    """``values`` compressed by ``codec``; the same bytes every time for the same values.
+
+    numcodecs' GZip stamps the current time into the gzip header, so a chunk
+    read twice (or copied and read back) would differ; gzip streams are
+    written here with the time 0, as N5's Java writer does.
+    """
+    if codec is None:
+        return values.tobytes()
+    if codec.codec_id == "gzip":
+        return gzip.compress(values.tobytes(), compresslevel=codec.level, mtime=0)
+    return bytes(codec.encode(values))
+
+
 # ------------------------------------------------------------------ header
 def _header(data: memoryview, spec: BlockSpec, where: str) -> tuple[int, tuple[int, ...], int]:
     """``(mode, shape in Zarr order, header length)``, checked against the dataset."""
@@ -228,18 +243,13 @@ def encode_block(values: bytes | memoryview | np.ndarray, spec: BlockSpec, where
     big_endian = array.astype(spec.dtype.newbyteorder(">"))
     header = _MODE_AND_RANK.pack(DEFAULT_MODE, spec.rank) + struct.pack(
         f">{spec.rank}I", *spec.chunks[::-1])
-    codec = _n5_codec(spec)
-    payload = big_endian.tobytes() if codec is None else codec.encode(big_endian)
-    return header + bytes(payload)
+    return header + _compress(_n5_codec(spec), big_endian)
 
 
 # ------------------------------------------------------------- Zarr chunks
 def encode_zarr_chunk(chunk: np.ndarray, spec: BlockSpec) -> bytes:
     """The Zarr view's chunk: ``chunk``'s values compressed by the view's compressor."""
-    codec = _handoff_codec(spec.compressor)
-    if codec is None:
-        return chunk.tobytes()
-    return bytes(codec.encode(np.ascontiguousarray(chunk)))
+    return _compress(_handoff_codec(spec.compressor), np.ascontiguousarray(chunk))
 
 
 def decode_zarr_chunk(value: bytes | memoryview, spec: BlockSpec, where: str) -> memoryview:
