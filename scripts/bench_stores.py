@@ -34,16 +34,28 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench_common import missing_peers
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "scripts" / "bench_worker.py"
 BACKENDS = ["memory", "directory", "nested", "zip", "dbm", "lmdb", "sqlite", "redis", "mongodb"]
 IMPLS = ["zstores", "zarr2", "raw"]
-# (value size, number of keys); size 1 is the listdir-of-many-tiny-keys figure.
-WORKLOADS = [(64 << 10, 1000), (1 << 20, 100), (1, 100_000)]
+# (value size, number of keys); size 1 is the listdir-of-many-tiny-keys figure,
+# size 2 the listdir of a nested array folder (bench_worker.NESTED_FOLDER: that
+# many folders of 10 chunk keys each).
+TINY, NESTED = 1, 2
+LISTINGS = [(TINY, 100_000), (NESTED, 1000)]
+WORKLOADS = [(64 << 10, 1000), (1 << 20, 100), *LISTINGS]
 # Servers on loopback: small values, where round trips dominate, and large ones.
-NETWORK_WORKLOADS = [(4 << 10, 1000), (1 << 20, 100)]
+NETWORK_WORKLOADS = [(4 << 10, 1000), (1 << 20, 100), *LISTINGS]
+# --smoke: a few keys of each kind, one round.
+# (The nested folder's listing runs the tiny keys' code too.)
+SMOKE_WORKLOADS = [(64 << 10, 20), (NESTED, 20)]
+SMOKE_NETWORK_WORKLOADS = [(4 << 10, 20), (NESTED, 20)]
 # Backends that need a server, and the variable naming its URL.
 NETWORK = {"redis": "ZSTORES_TEST_REDIS_URL", "mongodb": "ZSTORES_TEST_MONGODB_URL"}
+#: Runs whose worker failed (their cells show n/a); --smoke fails when there is one.
+FAILED: list[str] = []
 MARK_BEGIN = "<!-- bench_stores:begin -->"
 MARK_END = "<!-- bench_stores:end -->"
 
@@ -64,6 +76,7 @@ def run_worker(python: str, impl: str, backend: str, size: int, count: int,
             capture_output=True, text=True, cwd=ROOT, timeout=3600, check=False,
         )
     if done.returncode != 0:
+        FAILED.append(f"{impl}/{backend}/{size_label(size)}")
         print(f"  {impl}/{backend}/{size} failed: {done.stderr.strip().splitlines()[-1:]}",
               file=sys.stderr)
         return {}
@@ -76,13 +89,11 @@ def measure(args: argparse.Namespace) -> dict[tuple, float]:
                "zarr2": args.zarr2_python, "zarr2-copy": args.zarr2_python}
     samples: dict[tuple, list[float]] = {}
     for backend in args.backends:
-        for size, count in NETWORK_WORKLOADS if backend in NETWORK else WORKLOADS:
-            if size == 1 and backend == "memory":
-                continue  # an in-memory store cannot be filled by another process
+        for size, count in workloads(backend, args):
             with contextlib.ExitStack() as stack:
                 # The tiny keys are written once and listed by every run.
                 shared = (stack.enter_context(tempfile.TemporaryDirectory(dir=ROOT / ".bench"))
-                          if size == 1 else None)
+                          if size in (TINY, NESTED) else None)
                 for round_ in range(args.rounds):
                     impls = impls_for(backend)
                     # A different one goes first each round, and each starts with
@@ -98,6 +109,16 @@ def measure(args: argparse.Namespace) -> dict[tuple, float]:
         medians = {key: statistics.median(values) for key, values in samples.items()}
         print(table(medians, args.rounds), file=sys.stderr, flush=True)  # so far
     return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def workloads(backend: str, args: argparse.Namespace) -> list[tuple[int, int]]:
+    """(value size, keys) to measure on ``backend``: all, the listings only, or the smoke's."""
+    if args.smoke:
+        return SMOKE_NETWORK_WORKLOADS if backend in NETWORK else SMOKE_WORKLOADS
+    chosen = NETWORK_WORKLOADS if backend in NETWORK else WORKLOADS
+    if args.listings_only:
+        return [workload for workload in chosen if workload in LISTINGS]
+    return chosen
 
 
 @contextlib.contextmanager
@@ -125,8 +146,10 @@ def servers(backends: list[str]) -> Iterator[None]:
 
 
 def size_label(size: int) -> str:
-    if size == 1:
+    if size == TINY:
         return "tiny"
+    if size == NESTED:
+        return "tiny, nested folder"
     return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
 
 
@@ -199,14 +222,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", nargs="+", default=BACKENDS, choices=BACKENDS)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--zarr2-python", default=str(ROOT / ".venv-zarr2" / "bin" / "python"))
+    parser.add_argument("--zarr2-python", default=os.environ.get(
+        "ZSTORES_ZARR2_PYTHON", str(ROOT / ".venv-zarr2" / "bin" / "python")),
+        help="zarr-python 2.18's interpreter (default: $ZSTORES_ZARR2_PYTHON, "
+        "else .venv-zarr2/bin/python)")
     parser.add_argument("--record", action="store_true",
                         help="write the table to docs/benchmarks.md")
+    parser.add_argument("--listings-only", action="store_true",
+                        help="only the listdir figures of 100,000 keys and a nested array folder")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few keys of each kind, one round: that it all still runs")
+    parser.add_argument("--require-peers", action="store_true",
+                        help="fail (status 3) when zarr-python 2.18's interpreter is missing")
     args = parser.parse_args()
+    missing_peers({"zarr-python 2.18 (--zarr2-python)": Path(args.zarr2_python).exists()},
+                  args.require_peers)
+    if args.smoke:
+        if args.record:
+            parser.error("--smoke figures are not worth recording")
+        args.rounds = 1
     (ROOT / ".bench").mkdir(exist_ok=True)
     with servers(args.backends):
         text = table(measure(args), args.rounds)
     print(text)
+    if args.smoke and FAILED:
+        raise SystemExit(f"failed: {', '.join(FAILED)}")
     if args.record:
         record(text, args.backends)
 

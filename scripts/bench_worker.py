@@ -13,7 +13,10 @@ next write may overwrite) or ``raw``
 ``{operation: seconds}`` on stdout.  Operations: ``set`` and ``get`` (COUNT
 single-key calls), ``setitems`` and ``getitems`` (one batch call of COUNT
 keys), ``listdir`` (listing a prefix of COUNT keys).  VALUE_SIZE 1 selects the
-many-tiny-keys figure: only ``listdir``, on COUNT keys written beforehand.  The
+many-tiny-keys figure: only ``listdir``, on COUNT keys written beforehand;
+VALUE_SIZE 2 the nested array folder: only ``listdir`` of COUNT folders of 10
+chunk keys each (``m/i/j``, as zarr writes a 2-d array with "/" as the
+dimension separator).  The
 network backends ``redis`` and ``mongodb`` talk to the servers named by
 ``ZSTORES_TEST_REDIS_URL`` / ``ZSTORES_TEST_MONGODB_URL`` (``bench_stores.py``
 starts them with ``scripts/services`` when unset), each run under its own prefix
@@ -50,6 +53,9 @@ from typing import NamedTuple
 PASS_SECONDS, MAX_PASSES = 0.5, 5
 READ_SECONDS, MAX_READ_REPEATS = 0.3, 15
 WRITES = ("set", "setitems")
+#: VALUE_SIZE selecting the nested-array-folder listing: COUNT folders of
+#: NESTED_COLUMNS chunk keys each (``m/i/j``), listed as COUNT names.
+NESTED_FOLDER, NESTED_COLUMNS = 2, 10
 ORDER = ("set", "get", "setitems", "getitems", "listdir")
 
 
@@ -205,26 +211,63 @@ def remove_network_data(backend: str, path: str) -> None:
 
 
 def listing_of_tiny_keys(impl: str, backend: str, path: str, keys: list[str]) -> dict[str, float]:
-    """Fill a store with tiny values through zstores, then time ``listdir`` in ``impl``.
+    """Fill a store with tiny values through zstores, then time ``listdir("m")`` in ``impl``.
 
     The layouts are shared, so zarr 2 and the raw library list the same data;
     zarr 2's own writers would take minutes to make 100,000 keys (SQLite
-    commits each one).
+    commits each one).  A memory store cannot be shared between processes:
+    each implementation fills its own, untimed.  Keys with a ``/`` (the nested
+    array folder, ``i/j``) list as their first parts, once each.
     """
+    if backend == "memory":
+        return {"listdir": listing_in_memory(impl, keys)}
     populated = Path(path + ".populated")
-    if not populated.exists():  # bench_stores.py shares one filled store across runs
+    # bench_stores.py shares one filled store across runs; a server's data is
+    # removed after each run (main), so each run fills it again
+    if backend in NETWORK or not populated.exists():
         with open_zstores(backend, path) as store:
-            store.setitems({f"m/{key}": b"x" for key in keys})
+            for start in range(0, len(keys), 10_000):
+                store.setitems({f"m/{key}": b"x" for key in keys[start:start + 10_000]})
         populated.touch()
+    names = len({key.split("/", 1)[0] for key in keys})
     if impl == "raw":
-        return {"listdir": RAW_LISTING[backend](path)}
+        lister = RAW_LISTING[backend](path)
+        assert len(children(lister())) == names
+        return {"listdir": median_read(lambda: children(lister()))}
     open_impl = open_zstores if impl == "zstores" else open_zarr2
     store = open_impl(backend, path, "r")
     seconds = median_read(lambda: store.listdir("m"))
-    assert len(store.listdir("m")) == len(keys)
+    assert len(store.listdir("m")) == names
     with contextlib.suppress(AttributeError):
         store.close()
     return {"listdir": seconds}
+
+
+def children(found: list) -> list:
+    """The distinct first parts of the names a raw listing found (``m/`` stripped), sorted.
+
+    A folder's listing (Directory) has them already; a flat key space has one key
+    per chunk, as ``m/3/1``, which a listing of ``m`` shows as ``3``.
+    """
+    names = {}
+    for name in found:
+        text = name.decode() if isinstance(name, bytes) else name
+        names[text.removeprefix("m/").split("/", 1)[0]] = None
+    return sorted(names)
+
+
+def listing_in_memory(impl: str, keys: list[str]) -> float:
+    """Seconds listing ``m`` of an in-memory store this process fills, untimed."""
+    if impl == "raw":
+        data = {f"m/{key}": b"x" for key in keys}
+        return median_read(lambda: children(k for k in data if k.startswith("m/")))
+    store = open_zstores("memory", "") if impl == "zstores" else open_zarr2("memory", "")
+    if hasattr(store, "setitems"):
+        store.setitems({f"m/{key}": b"x" for key in keys})
+    else:
+        for key in keys:
+            store[f"m/{key}"] = b"x"
+    return median_read(lambda: store.listdir("m"))
 
 
 @contextlib.contextmanager
@@ -510,11 +553,11 @@ def raw_mongodb(path: str, keys: list[str], value: bytes) -> Iterator[Operations
     client.close()
 
 
-def raw_listing_directory(path: str) -> float:
-    return median_read(lambda: sorted(os.listdir(Path(path) / "m")))
+def raw_listing_directory(path: str):
+    return lambda: os.listdir(Path(path) / "m")
 
 
-def raw_listing_lmdb(path: str) -> float:
+def raw_listing_lmdb(path: str):
     import lmdb
 
     env = lmdb.open(path + ".lmdb", readonly=True, lock=False)
@@ -524,28 +567,45 @@ def raw_listing_lmdb(path: str) -> float:
             cursor.set_range(b"m/")
             return [k for k in cursor.iternext(values=False) if k.startswith(b"m/")]
 
-    return median_read(listdir)
+    return listdir
 
 
-def raw_listing_sqlite(path: str) -> float:
+def raw_listing_sqlite(path: str):
     db = sqlite3.connect(path + ".sqlite")
     query = "SELECT k FROM zarr WHERE k >= 'm/' AND k < 'm0' ORDER BY k"
-    return median_read(lambda: db.execute(query).fetchall())
+    return lambda: [row[0] for row in db.execute(query)]
 
 
-def raw_listing_zip(path: str) -> float:
+def raw_listing_zip(path: str):
     def listdir():
         with zipfile.ZipFile(path + ".zip") as archive:
-            return sorted(n for n in archive.namelist() if n.startswith("m/"))
+            return [n for n in archive.namelist() if n.startswith("m/")]
 
-    return median_read(listdir)
+    return listdir
 
 
-def raw_listing_dbm(path: str) -> float:
+def raw_listing_dbm(path: str):
     import dbm.dumb
 
-    with dbm.dumb.open(path + ".dbm", "r") as db:
-        return median_read(lambda: sorted(k for k in db.keys() if k.startswith(b"m/")))
+    db = dbm.dumb.open(path + ".dbm", "r")  # noqa: SIM115 -- open until the process ends
+    return lambda: [k for k in db.keys() if k.startswith(b"m/")]
+
+
+def raw_listing_redis(path: str):
+    import redis
+
+    client = redis.Redis.from_url(server_url("redis"))
+    base = namespace(path) + ":"
+    return lambda: [name[len(base):] for name in client.scan_iter(match=f"{base}m/*",
+                                                                   count=1000)]
+
+
+def raw_listing_mongodb(path: str):
+    import pymongo
+
+    collection = pymongo.MongoClient(server_url("mongodb"))[namespace(path)]["zarr"]
+    return lambda: [doc["key"] for doc in collection.find({"key": {"$regex": "^m/"}},
+                                                          {"_id": 0, "key": 1})]
 
 
 RAW_LISTING = {
@@ -555,6 +615,8 @@ RAW_LISTING = {
     "sqlite": raw_listing_sqlite,
     "zip": raw_listing_zip,
     "dbm": raw_listing_dbm,
+    "redis": raw_listing_redis,
+    "mongodb": raw_listing_mongodb,
 }
 
 RAW = {
@@ -600,9 +662,14 @@ def main(argv: list[str]) -> None:
     # A nested store gets the keys zarr (2.18 and 3) writes for a nested array,
     # "i/0", not "i.0": zarr 2.18's NestedDirectoryStore stores the latter flat.
     chunk = "{}/0" if backend == "nested" else "{}.0"
-    keys = [f"{i}" if int(size) == 1 else chunk.format(i) for i in range(int(count))]
+    if int(size) == NESTED_FOLDER:  # COUNT chunk rows of NESTED_COLUMNS chunks: "i/j"
+        keys = [f"{i}/{j}" for i in range(int(count)) for j in range(NESTED_COLUMNS)]
+    elif int(size) == 1:
+        keys = [f"{i}" for i in range(int(count))]
+    else:
+        keys = [chunk.format(i) for i in range(int(count))]
     value = os.urandom(int(size))
-    if int(size) == 1:
+    if int(size) in (1, NESTED_FOLDER):
         path = str(Path(workdir) / f"tiny-{backend}")
         try:
             results = listing_of_tiny_keys(impl, backend, path, keys)

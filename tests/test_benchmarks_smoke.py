@@ -1,0 +1,79 @@
+"""Every benchmark script still runs: each one's ``--smoke`` mode, with its peers.
+
+A smoke run measures a few keys or files in one round (figures worth nothing)
+through the same code as a recorded run, so a benchmark cannot rot between
+recordings: a changed API of ours or of a peer (zarr-sqlite, icechunk,
+ratarmount, zarr-python 2.18) fails here.  Each script runs as a user would,
+in a fresh process, with this tree first on ``PYTHONPATH``.  A missing peer
+skips the test, or fails it under ``ZSTORES_REQUIRE_PEERS=1`` (the scripts'
+``--require-peers`` then exits with status 3 naming it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench_common import PEER_MISSING
+from conftest import REQUIRE_PEERS, missing_peer
+from fuse_helpers import require_fuse
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+#: The newest zarr-python, where zarr-sqlite and icechunk are installed (scripts/setup-env).
+ZARR_LATEST_PYTHON = os.environ.get("ZSTORES_ZARR_LATEST_PYTHON",
+                                    str(ROOT / ".venv-zarr-latest" / "bin" / "python"))
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def run_smoke(python: str, script: str, *options: str, env: dict[str, str] | None = None) -> str:
+    """Run ``script --smoke`` and return what it printed; its failure fails the test."""
+    if not Path(python).exists():
+        missing_peer(f"{python} is missing (scripts/setup-env makes it)")
+    command = [python, str(SCRIPTS / script), "--smoke", *options]
+    if REQUIRE_PEERS:
+        command.append("--require-peers")
+    environment = {**os.environ, **(env or {}),
+                   "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=environment,
+                          timeout=840, check=False)
+    if done.returncode == PEER_MISSING:
+        missing_peer(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, f"{script} --smoke failed:\n{done.stdout}\n{done.stderr}"
+    assert "peer missing" not in done.stderr or not REQUIRE_PEERS, done.stderr
+    return done.stdout
+
+
+def test_bench_zarr_smoke(tmp_path: Path) -> None:
+    out = run_smoke(ZARR_LATEST_PYTHON, "bench_zarr.py", "--dir", str(tmp_path))
+    assert "| 64 KiB chunks: read cold |" in out
+    assert "| 4 MiB chunks: write |" in out
+    if REQUIRE_PEERS:  # every peer has a column and a ratio
+        assert "| figure | unit | LocalStore | Directory | LMDB | SQLite" in out
+        assert "zarr-sqlite" in out.split("| figure | unit |", 1)[1].splitlines()[0]
+        assert "icechunk" in out.split("| figure | unit |", 1)[1].splitlines()[0]
+        assert "| SQLite / zarr-sqlite |" in out
+
+
+def test_bench_stores_smoke(redis_url: str, mongodb_url: str) -> None:
+    zarr2 = os.environ.get("ZSTORES_ZARR2_PYTHON", str(ROOT / ".venv-zarr2" / "bin" / "python"))
+    out = run_smoke(sys.executable, "bench_stores.py", "--zarr2-python", zarr2,
+                    env={"ZSTORES_TEST_REDIS_URL": redis_url,
+                         "ZSTORES_TEST_MONGODB_URL": mongodb_url})
+    for backend in ("memory", "directory", "nested", "zip", "dbm", "lmdb", "sqlite", "redis",
+                    "mongodb"):
+        assert f"| {backend} | tiny, nested folder | listdir | 20 |" in out, backend
+
+
+def test_bench_fuse_smoke(tmp_path: Path) -> None:
+    require_fuse()
+    out = run_smoke(sys.executable, "bench_fuse.py", "--dir", str(tmp_path))
+    assert "| LMDB | ls of 200 keys |" in out
+    assert "| small files, 8 threads, cold | files/s |" in out
+    if REQUIRE_PEERS:
+        assert "| zfuse read-write | zfuse read-only | ratarmount |" in out
