@@ -198,24 +198,43 @@ def ratio(seconds: dict[str, float | None], other: str) -> str:
     return f"{theirs / ours:.2f}x" if ours and theirs else "n/a"
 
 
+def row_key(line: str) -> tuple[str, ...]:
+    """A table row's identity: backend, values, op, keys."""
+    return tuple(cell.strip() for cell in line.split("|")[1:5])
+
+
 def record(text: str, backends: list[str]) -> None:
-    """Write the table between the markers, keeping rows of backends not measured now."""
+    """Write the table between the markers, keeping the recorded rows not measured now.
+
+    A run of some backends, or of the listings only, replaces just its own rows
+    (same backend, values, op and keys); the others stay as recorded before.
+    """
     path = ROOT / "docs" / "benchmarks.md"
     document = path.read_text() if path.exists() else f"# Benchmarks\n\n{MARK_BEGIN}\n{MARK_END}\n"
     if MARK_BEGIN not in document:
         document += f"\n{MARK_BEGIN}\n{MARK_END}\n"
     head, rest = document.split(MARK_BEGIN, 1)
     old, tail = rest.split(MARK_END, 1)
+    lines = text.splitlines()
+    new_rows = [line for line in lines if line.startswith("| ") and line != HEADER]
+    measured = {row_key(line) for line in new_rows}
     kept = [line for line in old.splitlines()
             if line.startswith("| ") and not line.startswith("| backend")
-            and line.split("|")[1].strip() not in backends and line.count("|") == HEADER.count("|")]
-    lines = text.splitlines()
-    if kept:
-        rows = [line for line in lines if line.startswith("| ") and line != HEADER]
-        rows = sorted(rows + kept, key=lambda line: BACKENDS.index(line.split("|")[1].strip()))
-        lines = [line for line in lines if not line.startswith("| ") or line == HEADER] + rows
-    path.write_text(f"{head}{MARK_BEGIN}\n" + "\n".join(lines) + f"\n{MARK_END}{tail}")
+            and line.count("|") == HEADER.count("|") and row_key(line) not in measured]
+    rows = sorted(new_rows + kept, key=row_order)
+    lines = [line for line in lines if not line.startswith("| ") or line == HEADER] + rows
+    notes = [line for line in old.splitlines() if line.startswith("Recorded ")]
+    path.write_text(f"{head}{MARK_BEGIN}\n" + "\n".join(lines + ([""] + notes if notes else []))
+                    + f"\n{MARK_END}{tail}")
     print(f"recorded in {path}", file=sys.stderr)
+
+
+def row_order(line: str) -> tuple:
+    """Backends in BACKENDS' order, then larger values first, then op (as table_rows)."""
+    backend, values, op, _ = row_key(line)
+    sizes = {"tiny": 1, "tiny, nested folder": 2}
+    size = sizes.get(values) or int(values.split()[0]) << (20 if "MiB" in values else 10)
+    return BACKENDS.index(backend), -size, op
 
 
 def main() -> None:
