@@ -69,6 +69,71 @@ def mongodb_url() -> str:
     return url
 
 
+def http_answers(url: str) -> bool:
+    """True when ``url`` answers HTTP at all (a 403 or 404 is an answer too)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(url, timeout=5).close()
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def emulator_endpoint(variable: str, what: str, probe: str = "") -> str:
+    """The URL in ``variable`` (set by scripts/services), checked to answer.
+
+    ``probe`` is appended for the check (a path the emulator answers on).
+    """
+    url = os.environ.get(variable)
+    if not url:
+        missing_peer(f"{variable} is not set: no {what} (see scripts/services)")
+    if not http_answers(url.rstrip("/") + probe):
+        missing_peer(f"the {what} at {url} ({variable}) does not answer")
+    return url
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> str:
+    """The test command's S3 emulator (moto), ``ZSTORES_TEST_S3_ENDPOINT``."""
+    return emulator_endpoint("ZSTORES_TEST_S3_ENDPOINT", "S3 emulator (moto_server)", "/")
+
+
+@pytest.fixture(scope="session")
+def gcs_endpoint() -> str:
+    """The test command's GCS emulator (gcp-storage-emulator), ``ZSTORES_TEST_GCS_ENDPOINT``."""
+    return emulator_endpoint("ZSTORES_TEST_GCS_ENDPOINT", "GCS emulator (gcp-storage-emulator)",
+                             "/storage/v1/b")
+
+
+@pytest.fixture(scope="session")
+def azure_endpoint() -> str:
+    """The test command's Azure Blob emulator (Azurite), ``ZSTORES_TEST_AZURE_ENDPOINT``.
+
+    The URL ends in the account, ``.../devstoreaccount1``.
+    """
+    return emulator_endpoint("ZSTORES_TEST_AZURE_ENDPOINT", "Azure Blob emulator (Azurite)",
+                             "?comp=list")
+
+
+@pytest.fixture(scope="session")
+def http_server() -> tuple[str, Path]:
+    """The test command's static HTTP server: ``(url, folder)``.
+
+    ``url`` (``ZSTORES_TEST_HTTP_URL``, ending in ``/``) serves the files of
+    ``folder`` (``ZSTORES_TEST_HTTP_DIR``) read-only, Range requests included.
+    Tests write below ``folder`` in a sub-folder of their own.
+    """
+    url = emulator_endpoint("ZSTORES_TEST_HTTP_URL", "static HTTP server")
+    folder = os.environ.get("ZSTORES_TEST_HTTP_DIR")
+    if not folder or not Path(folder).is_dir():
+        missing_peer(f"ZSTORES_TEST_HTTP_DIR ({folder!r}) is not the folder {url} serves")
+    return url, Path(folder)
+
+
 class Zarr2:
     """Runs Python code in the zarr-python 2.18 environment.
 

@@ -1,6 +1,7 @@
-"""Private servers for one test: redis-server and nx-27017 (MongoDB's wire protocol)
-on free loopback ports, never the shared ones of scripts/services (other tests
-may be using those at the same time).
+"""Private servers for one test: redis-server, nx-27017 (MongoDB's wire protocol)
+and the object-store emulators (moto's S3, gcp-storage-emulator, Azurite's blob
+service, a static HTTP file server) on free loopback ports, never the shared ones
+of scripts/services (other tests may be using those at the same time).
 
 Each server can be stopped (SIGTERM), killed (SIGKILL, nothing flushed) and
 started again on the same port, so a test can take the network away in the
@@ -18,6 +19,12 @@ fixtures need no import)::
         server.kill()
         server.start()             # same port
 
+    def test_dead_s3(private_s3):
+        server = private_s3()      # server.endpoint: http://127.0.0.1:PORT
+        create_s3_bucket(server.endpoint, "bucket")
+        server.kill()              # an emulator keeps its objects in memory:
+        server.start()             # started again, it is empty
+
 or, outside pytest::
 
     with redis_server(folder) as server:
@@ -27,6 +34,7 @@ or, outside pytest::
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -34,12 +42,17 @@ import subprocess
 import sys
 import time
 import traceback
+import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import missing_peer
+from conftest import http_answers, missing_peer
+
+#: The repository (scripts/http_range_server.py lives below it).
+REPO = Path(__file__).resolve().parents[1]
 
 #: How long a server may take to answer after it was started.
 START_SECONDS = 60
@@ -76,7 +89,7 @@ class _Server:
         assert self.process is None or self.process.poll() is not None, "already running"
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL)
+                                            stdin=subprocess.DEVNULL, cwd=self.folder)
         deadline = time.monotonic() + START_SECONDS
         while not self.answers():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -197,6 +210,140 @@ class MongoServer(_Server):
             client.close()
 
 
+# ------------------------------------------------------- object-store emulators
+#: moto and gcp-storage-emulator take any credentials; these are what the tests
+#: pass where a client insists on some.
+S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION = "testing", "testing", "us-east-1"
+#: Azurite's public development account and its well-known key (Microsoft
+#: publishes both; Azurite checks request signatures against them).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
+               "K1SZFPTOtr/KBHBeksoGMGw==")
+
+
+def _installed(override: str | None, relative: tuple[str, ...], hint: str) -> str:
+    """An emulator's executable: ``override`` (from an environment variable), else
+    below this repository, else below the repository whose ``.venv`` runs the
+    tests (a git worktree has no emulators of its own)."""
+    candidates = [override] + [str(root.joinpath(*relative))
+                               for root in (REPO, Path(sys.prefix).parent)]
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    missing_peer(f"{relative[-1]} is not installed ({hint})")
+    raise AssertionError("unreachable")
+
+
+def emulators_bin(name: str) -> str:
+    """An executable of .venv-emulators (``$ZSTORES_EMULATORS_VENV``): moto_server ..."""
+    venv = os.environ.get("ZSTORES_EMULATORS_VENV")
+    return _installed(str(Path(venv) / "bin" / name) if venv else None,
+                      (".venv-emulators", "bin", name),
+                      "scripts/setup-env installs it in .venv-emulators, "
+                      "or set ZSTORES_EMULATORS_VENV")
+
+
+def unique_name(prefix: str = "zst") -> str:
+    """A fresh bucket or container name: lower case, digits, hyphens, 3 to 63 long."""
+    return f"{prefix}-{uuid.uuid4().hex[:20]}"
+
+
+class _HttpServer(_Server):
+    """An emulator speaking HTTP on ``endpoint``; it answers once ``probe`` does."""
+
+    probe = "/"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def answers(self) -> bool:
+        return http_answers(self.endpoint + self.probe)
+
+
+class MotoS3Server(_HttpServer):
+    """A private moto_server (S3 and the rest of AWS), in memory."""
+
+    name = "moto_server"
+
+    def command(self) -> list[str]:
+        return [emulators_bin("moto_server"), "-H", "127.0.0.1", "-p", str(self.port)]
+
+
+class GcsEmulator(_HttpServer):
+    """A private gcp-storage-emulator (GCS's JSON API), in memory."""
+
+    name = "gcp-storage-emulator"
+    probe = "/storage/v1/b"
+
+    def command(self) -> list[str]:
+        return [emulators_bin("gcp-storage-emulator"), "start", "--host", "127.0.0.1",
+                "--port", str(self.port), "--in-memory"]
+
+
+class AzuriteServer(_HttpServer):
+    """A private Azurite blob service, in memory; ``endpoint`` ends in the account."""
+
+    name = "azurite-blob"
+    probe = "?comp=list"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/{AZURITE_ACCOUNT}"
+
+    def command(self) -> list[str]:
+        azurite = _installed(os.environ.get("ZSTORES_AZURITE_BLOB"),
+                             (".node", "node_modules", ".bin", "azurite-blob"),
+                             "scripts/setup-env installs it in .node/, or set ZSTORES_AZURITE_BLOB")
+        # The same options as scripts/services (which says why).
+        return [azurite, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+                "--inMemoryPersistence", "--skipApiVersionCheck", "--disableTelemetry",
+                "--silent"]
+
+
+class HttpFileServer(_HttpServer):
+    """A private scripts/http_range_server.py serving ``root`` (``folder/www``) read-only."""
+
+    name = "http_range_server"
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        self.root = folder / "www"
+        self.root.mkdir(exist_ok=True)
+
+    @property
+    def url(self) -> str:
+        return self.endpoint + "/"
+
+    def command(self) -> list[str]:
+        return [emulators_bin("python"), str(REPO / "scripts" / "http_range_server.py"),
+                "--port", str(self.port), "--root", str(self.root)]
+
+
+def create_s3_bucket(endpoint: str, bucket: str) -> None:
+    """Create ``bucket`` on an S3 emulator (an unsigned PUT: moto checks no signature)."""
+    request = urllib.request.Request(f"{endpoint.rstrip('/')}/{bucket}", method="PUT")
+    urllib.request.urlopen(request, timeout=30).close()
+
+
+def create_gcs_bucket(endpoint: str, bucket: str) -> None:
+    """Create ``bucket`` on gcp-storage-emulator (its JSON API, no credentials)."""
+    request = urllib.request.Request(
+        f"{endpoint.rstrip('/')}/storage/v1/b?project=zstores-tests", method="POST",
+        data=json.dumps({"name": bucket}).encode(), headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=30).close()
+
+
+def create_azure_container(endpoint: str, container: str) -> None:
+    """Create ``container`` on Azurite (azure-storage-blob, signed with the dev account key)."""
+    from azure.storage.blob import BlobServiceClient
+
+    service = BlobServiceClient(endpoint, credential={"account_name": AZURITE_ACCOUNT,
+                                                      "account_key": AZURITE_KEY})
+    with service:
+        service.create_container(container)
+
+
 @contextlib.contextmanager
 def redis_server(folder: Path, *options: str, **kwargs: object) -> Iterator[RedisServer]:
     """A started private redis-server, stopped (killed if need be) on exit."""
@@ -265,6 +412,45 @@ def private_mongodb(tmp_path: Path) -> Iterator[Callable[[], MongoServer]]:
     yield start
     for server in servers:
         server.stop()
+
+
+def _private_servers(tmp_path: Path, kind: type[_Server]) -> Iterator[Callable[[], _Server]]:
+    """A fixture's ``start()`` for ``kind``; every server started is killed afterwards."""
+    servers: list[_Server] = []
+
+    def start() -> _Server:
+        server = kind(tmp_path / f"{kind.name}{len(servers)}")
+        servers.append(server)
+        server.start()
+        return server
+
+    yield start
+    for server in servers:
+        server.kill()
+
+
+@pytest.fixture
+def private_s3(tmp_path: Path) -> Iterator[Callable[[], MotoS3Server]]:
+    """``start()``: a started private moto_server (``.endpoint``), killable and restartable."""
+    yield from _private_servers(tmp_path, MotoS3Server)  # type: ignore[misc]
+
+
+@pytest.fixture
+def private_gcs(tmp_path: Path) -> Iterator[Callable[[], GcsEmulator]]:
+    """``start()``: a started private gcp-storage-emulator (``.endpoint``)."""
+    yield from _private_servers(tmp_path, GcsEmulator)  # type: ignore[misc]
+
+
+@pytest.fixture
+def private_azure(tmp_path: Path) -> Iterator[Callable[[], AzuriteServer]]:
+    """``start()``: a started private Azurite blob service (``.endpoint`` ends in the account)."""
+    yield from _private_servers(tmp_path, AzuriteServer)  # type: ignore[misc]
+
+
+@pytest.fixture
+def private_http(tmp_path: Path) -> Iterator[Callable[[], HttpFileServer]]:
+    """``start()``: a started private HTTP file server (``.url`` serves ``.root``)."""
+    yield from _private_servers(tmp_path, HttpFileServer)  # type: ignore[misc]
 
 
 def chain_text(error: BaseException) -> str:
