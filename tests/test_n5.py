@@ -20,12 +20,15 @@ from zstores import (
     hierarchy,
     open_store,
 )
+from zstores.adapters import zarr_store
 from zstores.metadata import MetadataError
 from zstores.metadata import n5 as n5_metadata
 from zstores.stores.n5 import N5Store
 from zstores.stores.n5_blocks import BlockSpec, decode_block, encode_block
 from zstores.testing import StoreTests
 
+from cli_helpers import zstores_cmd
+from conftest import missing_peer
 from raw_access import DirectoryRawHooks
 
 
@@ -364,3 +367,257 @@ def test_concurrent_metadata_writes_lose_nothing(n5):
     for round_ in range(20):
         assert json.loads(n5[f"a{round_}/.zattrs"]) == {"k1": 1}
         assert json.loads(n5[f"a{round_}/.zarray"])["shape"] == [20, 30]
+
+
+# ------------------------------------------- other N5 readers and writers
+# Shapes that chunks do not divide, so every array has cropped edge chunks.
+ARRAYS = {1: ((11,), (4,)), 2: ((11, 7), (4, 3)), 3: ((5, 6, 7), (2, 4, 3)),
+          4: ((3, 4, 5, 6), (2, 3, 2, 4))}
+N5_COMPRESSIONS = {
+    "raw": {"type": "raw"},
+    "gzip": {"type": "gzip", "level": 5, "useZlib": False},
+    "zlib": {"type": "gzip", "level": 3, "useZlib": True},
+    "bzip2": {"type": "bzip2", "blockSize": 9},
+    "xz": {"type": "xz", "preset": 4},
+    "blosc": {"type": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0},
+    "zstd": {"type": "zstd", "level": 3},
+}
+ZARR_COMPRESSORS = {"raw": None, "gzip": "GZip(level=5)", "zlib": "Zlib(level=3)",
+                    "bzip2": "BZ2(level=9)", "xz": "LZMA(preset=4)",
+                    "blosc": "Blosc(cname='lz4', clevel=5, shuffle=1)", "zstd": "Zstd(level=3)"}
+
+
+def sample(rank, dtype="<i4"):
+    shape, _ = ARRAYS[rank]
+    return (np.arange(int(np.prod(shape))) * 3 - 7).astype(dtype).reshape(shape)
+
+
+def _tensorstore():
+    try:
+        import tensorstore
+    except ImportError:
+        missing_peer("tensorstore is not installed")
+    return tensorstore
+
+
+def _zarr3():
+    return pytest.importorskip("zarr", minversion="3")
+
+
+def write_with_zarr3(folder, rank, compression, dtype="<i4"):
+    """An array written through our adapter by zarr-python 3, at ``folder``/arr."""
+    zarr = _zarr3()
+    shape, chunks = ARRAYS[rank]
+    compressor = ZARR_COMPRESSORS[compression]
+    with N5Store(folder) as store:
+        root = zarr.open_group(zarr_store(store), mode="w", zarr_format=2)
+        root.attrs["made by"] = "zstores"
+        array = root.create_array(
+            "arr", shape=shape, chunks=chunks, dtype=dtype,
+            compressors=None if compressor is None else eval(f"numcodecs.{compressor}"))
+        array[...] = sample(rank, dtype)
+        array.attrs["rank"] = rank
+
+
+def read_with_zarr3(folder, path="arr"):
+    zarr = _zarr3()
+    with N5Store(folder, mode="r") as store:
+        return zarr.open_array(zarr_store(store), path=path, mode="r")[...]
+
+
+@pytest.mark.parametrize("compression", sorted(N5_COMPRESSIONS))
+@pytest.mark.parametrize("rank", sorted(ARRAYS))
+def test_tensorstore_reads_what_we_write(tmp_path, rank, compression):
+    ts = _tensorstore()
+    write_with_zarr3(tmp_path / "data.n5", rank, compression)
+    spec = {"driver": "n5", "kvstore": {"driver": "file", "path": str(tmp_path / "data.n5/arr")}}
+    array = ts.open(spec, open=True, read=True).result()
+    assert array.spec().to_json()["metadata"]["compression"]["type"] == \
+        N5_COMPRESSIONS[compression]["type"]
+    np.testing.assert_array_equal(array.read().result(), sample(rank).T)
+
+
+@pytest.mark.parametrize("compression", sorted(N5_COMPRESSIONS))
+@pytest.mark.parametrize("rank", sorted(ARRAYS))
+def test_we_read_what_tensorstore_writes(tmp_path, rank, compression):
+    ts = _tensorstore()
+    shape, chunks = ARRAYS[rank]
+    spec = {"driver": "n5", "kvstore": {"driver": "file", "path": str(tmp_path / "t.n5/arr")},
+            "metadata": {"dimensions": list(shape[::-1]), "blockSize": list(chunks[::-1]),
+                         "dataType": "int32", "compression": N5_COMPRESSIONS[compression]}}
+    array = ts.open(spec, create=True).result()
+    array[...] = sample(rank).T
+    np.testing.assert_array_equal(read_with_zarr3(tmp_path / "t.n5"), sample(rank))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_data_type_round_trips_through_tensorstore(tmp_path, dtype):
+    ts = _tensorstore()
+    write_with_zarr3(tmp_path / "d.n5", 2, "gzip", dtype)
+    spec = {"driver": "n5", "kvstore": {"driver": "file", "path": str(tmp_path / "d.n5/arr")}}
+    array = ts.open(spec, open=True).result()
+    assert array.dtype.numpy_dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(array.read().result(), sample(2, dtype).T)
+    array[0, 0] = 42  # tensorstore writes a block; we read it back
+    assert read_with_zarr3(tmp_path / "d.n5")[0, 0] == 42
+
+
+ZARR2_N5_WRITE = """
+import warnings
+warnings.simplefilter("ignore", FutureWarning)
+import numcodecs, numpy as np, zarr
+from zarr.n5 import N5Store
+store = N5Store(folder)
+root = zarr.group(store=store, overwrite=True)
+root.attrs["made by"] = "zarr 2"
+for name, (shape, chunks), compressor in arrays:
+    data = (np.arange(int(np.prod(shape))) * 3 - 7).astype("<i4").reshape(shape)
+    array = root.create_dataset(name, shape=shape, chunks=chunks, dtype="<i4",
+                                compressor=None if compressor is None
+                                else eval("numcodecs." + compressor))
+    array[...] = data
+    array.attrs["shape"] = list(shape)
+"""
+
+ZARR2_N5_READ = """
+import warnings
+warnings.simplefilter("ignore", FutureWarning)
+import numpy as np, zarr
+from zarr.n5 import N5Store
+root = zarr.open_group(store=N5Store(folder), mode="r")
+result = {"attrs": root.attrs.asdict(), "arrays": {}}
+for name, (shape, chunks), compressor in arrays:
+    array = root[name]
+    result["arrays"][name] = {"data": array[...].tolist(), "attrs": array.attrs.asdict(),
+                              "chunks": list(array.chunks)}
+"""
+
+
+def _zarr2_arrays():
+    return [(f"g/{compression}_{rank}d", ARRAYS[rank], ZARR_COMPRESSORS[compression])
+            for compression in sorted(ZARR_COMPRESSORS) for rank in sorted(ARRAYS)]
+
+
+def test_we_read_what_zarr2_n5store_writes(tmp_path, zarr2):
+    folder = tmp_path / "z2.n5"
+    arrays = _zarr2_arrays()
+    zarr2.run(ZARR2_N5_WRITE, folder=str(folder), arrays=arrays)
+    zarr = _zarr3()
+    with N5Store(folder, mode="r") as store:
+        root = zarr.open_group(zarr_store(store), mode="r", zarr_format=2)
+        assert root.attrs.asdict() == {"made by": "zarr 2"}
+        for name, (shape, chunks), _ in arrays:
+            rank = len(shape)
+            np.testing.assert_array_equal(root[name][...], sample(rank), err_msg=name)
+            assert root[name].attrs.asdict() == {"shape": list(shape)}
+            assert root[name].chunks == chunks
+
+
+def test_zarr2_n5store_reads_what_we_write(tmp_path, zarr2):
+    folder = tmp_path / "ours.n5"
+    arrays = _zarr2_arrays()
+    zarr = _zarr3()
+    with N5Store(folder, mode="w") as store:
+        root = zarr.open_group(zarr_store(store), mode="w", zarr_format=2)
+        root.attrs["made by"] = "zstores"
+        for name, (shape, chunks), compressor in arrays:
+            array = root.create_array(
+                name, shape=shape, chunks=chunks, dtype="<i4",
+                compressors=None if compressor is None else eval(f"numcodecs.{compressor}"))
+            array[...] = sample(len(shape))
+            array.attrs["shape"] = list(shape)
+    result = zarr2.run(ZARR2_N5_READ, folder=str(folder), arrays=arrays)
+    assert result["attrs"] == {"made by": "zstores"}
+    for name, (shape, chunks), _ in arrays:
+        read = result["arrays"][name]
+        np.testing.assert_array_equal(np.array(read["data"]), sample(len(shape)), err_msg=name)
+        assert read["attrs"] == {"shape": list(shape)} and read["chunks"] == list(chunks)
+
+
+def test_zarr2_through_our_adapter_writes_what_its_n5store_writes(tmp_path, zarr2):
+    """The same hierarchy through zarr-python 2's N5Store and through ours: the same
+    attributes.json files (but for the version, which zarr 2 puts in every group) and
+    the same block headers and values."""
+    arrays = _zarr2_arrays()[:8]
+    zarr2.run(ZARR2_N5_WRITE, folder=str(tmp_path / "theirs.n5"), arrays=arrays)
+    zarr2.run(ZARR2_N5_WRITE.replace("N5Store(folder)", "zarr_store(N5Store(folder))")
+              .replace("from zarr.n5 import N5Store",
+                       "from zstores.stores.n5 import N5Store\n"
+                       "from zstores.adapters import zarr_store"),
+              folder=str(tmp_path / "ours.n5"), arrays=arrays)
+    theirs = {p.relative_to(tmp_path / "theirs.n5"): p for p in
+              (tmp_path / "theirs.n5").rglob("*") if p.is_file()}
+    ours = {p.relative_to(tmp_path / "ours.n5"): p for p in
+            (tmp_path / "ours.n5").rglob("*") if p.is_file()}
+    assert sorted(ours) == sorted(theirs)
+    for relative, path in theirs.items():
+        if relative.name == "attributes.json":
+            expected = json.loads(path.read_text())
+            if relative.parent != Path("."):
+                expected.pop("n5", None)
+            assert json.loads(ours[relative].read_text()) == expected, relative
+        else:
+            mine, zarr2s = ours[relative].read_bytes(), path.read_bytes()
+            rank = int(relative.parts[1].rsplit("_", 1)[1][0])
+            header = 4 + 4 * rank
+            assert mine[:header] == zarr2s[:header], relative
+            if relative.parts[1].startswith("raw"):
+                assert mine == zarr2s, relative
+
+
+# ----------------------------------------------- the zstores command, zfuse
+def test_cli_lists_describes_verifies_and_copies_n5(tmp_path):
+    folder = tmp_path / "data.n5"
+    write_with_zarr3(folder, 3, "zstd")
+    listing = zstores_cmd("ls", "-r", folder)
+    assert listing.code == 0 and "arr  (5, 6, 7) int32" in listing.out, listing
+    info = zstores_cmd("info", folder, "arr")
+    assert info.code == 0 and "N5Store" in info.out and "Zstd(level=3)" in info.out, info
+    verified = zstores_cmd("verify", folder)
+    assert verified.code == 0 and "no problems found" in verified.out, verified
+    # N5 -> LMDB -> N5 gives the same files: the metadata of every array arrives
+    # before its chunks (parallel batches of 64 keys split arrays), and chunks
+    # translate the same both ways.
+    with N5Store(folder) as store:
+        for index in range(60):
+            hierarchy.init_array(store, shape=(4, 4), chunks=(2, 2), dtype="<u1",
+                                 path=f"many/a{index:02d}", compressor=None)
+            store.setitems({f"many/a{index:02d}/{i}.{j}": bytes(4) for i in (0, 1)
+                            for j in (0, 1)})
+    for source, target in ((folder, tmp_path / "copy.lmdb"), (tmp_path / "copy.lmdb",
+                                                              tmp_path / "again.n5")):
+        copied = zstores_cmd("cp", "--jobs", "4", source, target)
+        assert copied.code == 0, copied
+    files = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    again = tmp_path / "again.n5"
+    assert {p.relative_to(again): p.read_bytes()
+            for p in again.rglob("*") if p.is_file()} == files
+
+
+def test_cli_verify_names_a_damaged_block(tmp_path):
+    folder = tmp_path / "data.n5"
+    write_with_zarr3(folder, 2, "gzip")
+    (folder / "arr/1/2").write_bytes(b"\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00\x04junk")
+    verified = zstores_cmd("verify", folder)
+    assert verified.code == 1, verified
+    assert "arr/2.1" in verified.out + verified.err, verified
+
+
+def test_zfuse_shows_n5_as_zarr_and_takes_writes(tmp_path, mountpoint):
+    zarr = _zarr3()
+    ts = _tensorstore()
+    import zfuse
+
+    folder = tmp_path / "data.n5"
+    write_with_zarr3(folder, 2, "blosc")
+    with N5Store(folder) as store, zfuse.mounted(store, mountpoint) as mount:
+        local = zarr.storage.LocalStore(mount.path)
+        np.testing.assert_array_equal(zarr.open_array(local, path="arr", mode="r")[...],
+                                      sample(2))
+        root = zarr.open_group(local, mode="a", zarr_format=2)
+        written = root.create_array("new", shape=(9, 5), chunks=(4, 4), dtype="<u2",
+                                    compressors=numcodecs.Zlib(level=1))
+        written[...] = np.arange(45, dtype="<u2").reshape(9, 5)
+    spec = {"driver": "n5", "kvstore": {"driver": "file", "path": str(folder / "new")}}
+    np.testing.assert_array_equal(ts.open(spec).result().read().result(),
+                                  np.arange(45, dtype="<u2").reshape(9, 5).T)
