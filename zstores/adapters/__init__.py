@@ -12,10 +12,17 @@ adapters are equal, and how they pickle.
 from __future__ import annotations
 
 import os
-from typing import Any
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from ..base import Mode, Store, check_mode
+from ..errors import ReadOnlyError, TransactionError, UnsupportedOperationError
 from ..keys import normalize_storage_path, prefix_of
+
+if TYPE_CHECKING:
+    from ..transactions import Transaction
 
 __all__ = ["zarr_store"]
 
@@ -23,7 +30,9 @@ __all__ = ["zarr_store"]
 MISSING_ZARR = "zarr_store needs zarr-python: pip install 'zstores[zarr]'"
 
 
-def zarr_store(store_or_url: Store | str | os.PathLike[str], *, mode: Mode = "a") -> Any:
+def zarr_store(
+    store_or_url: Store | str | os.PathLike[str], *, mode: Mode = "a", transaction: bool = False
+) -> Any:
     """Wrap a store for the installed zarr-python (2.18 or 3.x).
 
     Parameters
@@ -36,11 +45,19 @@ def zarr_store(store_or_url: Store | str | os.PathLike[str], *, mode: Mode = "a"
         The mode a URL is opened with.  ``"r"`` also makes the adapter
         read-only over a writable store; otherwise the adapter is read-only
         exactly when the store is.
+    transaction : bool
+        Refuse, here and now, a store that cannot run transactions, so that
+        ``with adapter.transaction():`` later cannot fail for that reason.
+        Every adapter has ``transaction()``; this only checks early.  See
+        docs/transactions.md, "Zarr arrays".
 
     Raises
     ------
     ModuleNotFoundError
         If zarr-python is not installed (``pip install 'zstores[zarr]'``).
+    zstores.UnsupportedOperationError
+        With ``transaction=True``, if the store has no transactions (a store
+        opened here from a URL is closed again first).
 
     Returns
     -------
@@ -75,6 +92,10 @@ def zarr_store(store_or_url: Store | str | os.PathLike[str], *, mode: Mode = "a"
     else:
         raise ImportError(f"zstores supports zarr-python 2.18 and 3, not {zarr.__version__}")
     store, owned = open_backend(store_or_url, mode)
+    if transaction and not store.supports_transactions:
+        if owned:
+            store.close()
+        refuse_without_transactions(store, "zarr_store(transaction=True)")
     read_only = True if mode == "r" else None
     return adapter(store, read_only=read_only, owns_store=owned)
 
@@ -93,6 +114,60 @@ def open_backend(store_or_url: Store | str | os.PathLike[str], mode: str) -> tup
     )
 
 
+def refuse_without_transactions(store: Store, asked: str) -> None:
+    """Raise ``UnsupportedOperationError`` for ``asked`` if ``store`` has no transactions."""
+    if not store.supports_transactions:
+        raise UnsupportedOperationError(
+            f"{asked}: {store!r} cannot run transactions (supports_transactions=False); "
+            "use LMDB, SQLite, Memory, Redis or MongoDB"
+        )
+
+
+class TransactionSlot:
+    """The transaction an adapter routes its calls to, shared with adapters made from it.
+
+    ``with_read_only`` copies of an adapter (zarr-python makes them when it
+    opens an array with another mode) share the slot, so they see the
+    transaction's writes too.
+    """
+
+    def __init__(self) -> None:
+        self.transaction: Transaction | None = None
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def open(self, store: Store, owner: object) -> Iterator[Transaction]:
+        """Route the adapter's calls to a new transaction of ``store`` until the block ends.
+
+        Commits when the block ends normally, rolls back when it raises.  The
+        slot is emptied before the commit, so calls made after the block go
+        to the store.
+        """
+        with self._lock:
+            if self.transaction is not None:
+                raise TransactionError(
+                    f"{owner!r} already has a transaction open, and transactions do not nest "
+                    "(commit or roll back the open one first)"
+                )
+            tx = store.transaction(bind_thread=False)
+            self.transaction = tx
+        try:
+            yield tx
+        except BaseException:
+            self._leave(tx)
+            if tx.state == "open":
+                tx.rollback()
+            raise
+        self._leave(tx)
+        if tx.state == "open":
+            tx.commit()
+
+    def _leave(self, tx: Transaction) -> None:
+        with self._lock:
+            if self.transaction is tx:
+                self.transaction = None
+
+
 class Adapter:
     """Mixin of both adapters: the wrapped store, its ownership, equality and pickling.
 
@@ -105,6 +180,73 @@ class Adapter:
 
     _store: Store
     _owns_store: bool
+    _slot: TransactionSlot
+
+    def transaction(self) -> Any:
+        """Make every write through this adapter, from any thread, one commit.
+
+        ``with adapter.transaction():`` routes the adapter's calls (and those
+        of its ``with_read_only`` copies) to one ``store.transaction()``:
+        whatever zarr-python writes meanwhile, from however many tasks and
+        threads, becomes visible to other adapters, handles and processes
+        all at once when the block ends, or not at all (an exception in the
+        block, a crash).  Reads through the adapter see the writes; other
+        adapters and processes do not until the commit.
+
+        The transaction belongs to the adapter, not to a thread: every call
+        through it joins, so use another adapter for independent work meanwhile.
+
+        Yields
+        ------
+        zstores.Transaction
+            The open transaction (``changes()``, ``commit()``, ``rollback()``).
+
+        Raises
+        ------
+        zstores.UnsupportedOperationError
+            If the store cannot run transactions.
+        zstores.TransactionError
+            If the adapter already has one open (transactions do not nest).
+        zstores.TransactionConflictError
+            At the end of the block, if a value the transaction read (a chunk
+            zarr-python read to update part of it, metadata) was changed by
+            another writer since; nothing was committed: run it again.
+        zstores.ReadOnlyError
+            If the adapter is read-only.
+
+        Examples
+        --------
+        >>> import numpy as np, zarr, zstores
+        >>> backend = zstores.MemoryStore()
+        >>> zs = zstores.zarr_store(backend, transaction=True)
+        >>> array = zarr.create_array(zs, shape=(4, 4), chunks=(2, 2), dtype="i4")
+        >>> with zs.transaction():
+        ...     array[1:3, 1:3] = 7          # four chunks, one commit
+        ...     sorted(backend.list_prefix("c"))  # nothing committed yet
+        []
+        >>> sorted(backend.list_prefix("c"))
+        ['c/0/0', 'c/0/1', 'c/1/0', 'c/1/1']
+        """
+        self._check_transaction_writable()
+        refuse_without_transactions(self._store, f"{self!r}.transaction()")
+        self._revive()
+        return self._slot.open(self._store, self)
+
+    def _check_transaction_writable(self) -> None:
+        if self.read_only:  # type: ignore[attr-defined]
+            raise ReadOnlyError(f"{self!r} is read-only: it cannot open a transaction")
+
+    def _target(self) -> Store:
+        """Where calls go: the open transaction, else the wrapped store."""
+        tx = self._slot.transaction
+        return self._store if tx is None else tx
+
+    def _refuse_pickle_in_transaction(self) -> None:
+        if self._slot.transaction is not None:
+            raise TypeError(
+                f"{self!r} has a transaction open: a copy in another process would write "
+                "around it (commit first, or write from this process)"
+            )
 
     @classmethod
     def _checked_read_only(cls, store: Store, read_only: bool | None, hint: str = "") -> bool:

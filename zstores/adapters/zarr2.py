@@ -19,7 +19,7 @@ from ..base import Store
 from ..errors import ReadOnlyError, UnsupportedOperationError
 from ..keys import normalize_storage_path
 from ..stores.directory import DirectoryStore, NestedDirectoryStore
-from . import Adapter, keys_with_prefix
+from . import Adapter, TransactionSlot, keys_with_prefix
 
 __all__ = ["Zarr2Store"]
 
@@ -86,6 +86,7 @@ class Zarr2Store(Adapter, BaseStore):
         self._read_only = self._checked_read_only(store, read_only)
         self._store = store
         self._owns_store = bool(owns_store)
+        self._slot = TransactionSlot()
         self._dimension_separator = _separator_for(store, dimension_separator)
 
     # -------------------------------------------------------- capabilities
@@ -120,45 +121,45 @@ class Zarr2Store(Adapter, BaseStore):
 
     # ------------------------------------------------------ mapping basics
     def __getitem__(self, key: str) -> bytes:
-        return self._store[key]
+        return self._target()[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._check_writable()
-        self._store[key] = value
+        self._target()[key] = value
 
     def __delitem__(self, key: str) -> None:
         self._check_writable()
-        del self._store[key]
+        del self._target()[key]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._store
+        return key in self._target()
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._store)
+        return iter(self._target())
 
     def __len__(self) -> int:
-        return len(self._store)
+        return len(self._target())
 
     def clear(self) -> None:
         self._check_writable()
-        self._store.clear()
+        self._target().clear()
 
     # --------------------------------------------------------- fast paths
     def getitems(
         self, keys: Sequence[str], *, contexts: Mapping[str, Any] | None = None
     ) -> Mapping[str, bytes]:
         """Values of the keys that exist, read in one batch (contexts are not needed)."""
-        return self._store.getitems(keys)
+        return self._target().getitems(keys)
 
     def setitems(self, values: Mapping[str, Any]) -> None:
         """Write many keys in one batch (one transaction where the backend has them)."""
         self._check_writable()
-        self._store.setitems(values)
+        self._target().setitems(values)
 
     def delitems(self, keys: Iterable[str]) -> None:
         """Delete many keys in one batch; missing keys are ignored."""
         self._check_writable()
-        self._store.delitems(keys)
+        self._target().delitems(keys)
 
     def listdir(self, path: str | None = None) -> list[str]:
         """Sorted names directly under ``path``; an array's chunk keys on nested stores.
@@ -169,26 +170,26 @@ class Zarr2Store(Adapter, BaseStore):
         stores list them: every name ``listdir`` gives is then a key.
         """
         path = normalize_storage_path(path)
-        names = self._store.listdir(path)
+        names = self._target().listdir(path)
         if (self._dimension_separator == "/" and ".zarray" in names
                 and isinstance(self._store, DirectoryStore)):
-            return _with_chunk_keys(self._store, path, names)
+            return _with_chunk_keys(self._target(), path, names)
         return names
 
     def rmdir(self, path: str | None = None) -> None:
         """Delete everything under ``path`` (the whole store for the root)."""
         self._check_writable()
-        self._store.rmdir(normalize_storage_path(path))
+        self._target().rmdir(normalize_storage_path(path))
 
     def rename(self, src_path: str, dst_path: str) -> None:
         """Move a key or everything under a path."""
         self._check_writable()
-        self._store.rename(src_path, dst_path)
+        self._target().rename(src_path, dst_path)
 
     def getsize(self, path: str | None = None) -> int:
         """Size of the value at ``path``, else the total of the values directly under it."""
         path = normalize_storage_path(path)
-        store = self._store
+        store = self._target()
         if path and path in store:
             return store.getsize(path)
         total = 0
@@ -245,6 +246,7 @@ class Zarr2Store(Adapter, BaseStore):
     def __reduce__(self) -> tuple[Any, ...]:
         # The store pickles itself: a persistent one as how to reopen it, an
         # in-memory one with its data.
+        self._refuse_pickle_in_transaction()
         self._complete_for_copies()  # a store the caller owns pickles as it is
         return (_unpickle, (type(self), self._store, self._read_only, self._dimension_separator))
 

@@ -33,7 +33,7 @@ from zarr.core.buffer.core import default_buffer_prototype
 
 from ..base import Store
 from ..errors import InvalidKeyError
-from . import Adapter, keys_with_prefix, size_under
+from . import Adapter, TransactionSlot, keys_with_prefix, size_under
 
 __all__ = ["ZarrStore", "is_blocking"]
 
@@ -208,9 +208,15 @@ class ZarrStore(Adapter, ZarrABCStore):
         Close ``store`` when the adapter is closed (``zarr_store(url)`` sets
         it).  An owned store closed this way reopens on the adapter's next
         use, as zarr-python expects of its stores.
+    transaction_slot : TransactionSlot or None
+        Share the open transaction of another adapter (``with_read_only``
+        passes its own); None: a slot of its own.
 
     Notes
     -----
+    ``with adapter.transaction():`` makes everything zarr-python writes
+    through the adapter meanwhile one commit (see ``Adapter.transaction``).
+
     ``supports_deletes`` is the store's own flag; ``supports_writes`` and
     ``supports_listing`` are True; ``supports_partial_writes`` is False, as
     for every zarr-python 3 store.  ``set_if_not_exists`` checks and writes in
@@ -232,20 +238,23 @@ class ZarrStore(Adapter, ZarrABCStore):
     supports_listing: bool = True
 
     def __init__(self, store: Store, *, read_only: bool | None = None,
-                 owns_store: bool = False) -> None:
+                 owns_store: bool = False,
+                 transaction_slot: TransactionSlot | None = None) -> None:
         read_only = self._checked_read_only(
             store, read_only, "; open it with another mode or use with_read_only(False)")
         super().__init__(read_only=read_only)
         self._store = store
         self._owns_store = bool(owns_store)
         self._blocking = is_blocking(store)
+        self._slot = transaction_slot or TransactionSlot()
 
     # ----------------------------------------------------------- dispatch
     def _ready(self) -> Store:
-        """The wrapped store, reopened first if ``close()`` closed it."""
+        """Where calls go: the open transaction, else the wrapped store (reopened if closed)."""
         if not self._is_open:
             self._open_sync()
-        return self._store
+        tx = self._slot.transaction
+        return self._store if tx is None else tx
 
     async def _run(self, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)``: right here, or in a worker thread for a blocking store."""
@@ -280,12 +289,12 @@ class ZarrStore(Adapter, ZarrABCStore):
         (and owns that handle).
         """
         self._revive()  # zarr opens arrays on a closed store through here
-        store, owned = self._store, False
+        store, owned, slot = self._store, False, self._slot
         if not read_only and store.read_only:
             if not store.persistent:
                 raise ValueError(f"{store!r} is in memory and read-only; it cannot become writable")
-            store, owned = store.reopen("r+"), True
-        return type(self)(store, read_only=read_only, owns_store=owned)
+            store, owned, slot = store.reopen("r+"), True, None
+        return type(self)(store, read_only=read_only, owns_store=owned, transaction_slot=slot)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ZarrStore):
@@ -298,6 +307,7 @@ class ZarrStore(Adapter, ZarrABCStore):
     def __reduce__(self) -> tuple[Any, ...]:
         # The store pickles itself: a persistent one as how to reopen it, an
         # in-memory one with its data.
+        self._refuse_pickle_in_transaction()
         return (_unpickle, (type(self), self._store, self.read_only))
 
     def __repr__(self) -> str:
