@@ -45,6 +45,10 @@ def memory_set(store: Store, key: str, value: bytes) -> None:
     store._data[key] = bytes(value)  # type: ignore[attr-defined]
 
 
+def memory_delete(store: Store, key: str) -> None:
+    del store._data[key]  # type: ignore[attr-defined]
+
+
 # ------------------------------------------------------------------ sqlite
 def _sqlite_table(store: Store) -> str:
     if store.path == ":memory:":  # type: ignore[attr-defined]

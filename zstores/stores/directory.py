@@ -170,40 +170,88 @@ def _is_folder(entry: os.DirEntry[str]) -> bool:
         return False
 
 
-def _is_key_file(entry: os.DirEntry[str]) -> bool:
-    if _is_temp(entry.name):
-        return False
+def _is_file(entry: os.DirEntry[str]) -> bool:
     try:
         return entry.is_file(follow_symlinks=False)
     except OSError:
         return False
 
 
+def _scan(folder: int, relative: str = "") -> tuple[list[str], list[str], list[str]]:
+    """The key files and sub-folders of the open ``folder``, and the names skipped.
+
+    Returns ``(files, folders, skipped)``: ``files`` are the regular files
+    that can be keys (not temporary files), ``folders`` the sub-folders (links
+    are neither), ``skipped`` the paths (``relative`` + name) of entries whose
+    names are not valid UTF-8.  Names come in the folder's own order.
+
+    Listings are the hot path of ``listdir`` and of walks over many keys, so
+    the entry types come from one pass of C-level calls over ``scandir`` (the
+    types the kernel reports, no system call per entry), and the rare names
+    (non-ASCII, temporary) are looked for once in the joined names instead of
+    name by name.  ``folder`` is the caller's own descriptor (see ``_entries``).
+    """
+    with os.scandir(folder) as found:
+        entries = list(found)
+    try:
+        files = [entry.name for entry in entries if entry.is_file(follow_symlinks=False)]
+        folders = ([entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+                   if len(files) < len(entries) else [])
+    except OSError:
+        # No entry types from this file system, and an entry vanished before
+        # its lstat: classify entry by entry, leaving out what cannot be looked at.
+        files = [entry.name for entry in entries if _is_file(entry)]
+        folders = [entry.name for entry in entries if _is_folder(entry)]
+    skipped: list[str] = []
+    joined = "/".join(files + folders)  # "/" never occurs in a name
+    if not joined.isascii():
+        skipped = [relative + name for name in files + folders if not _is_utf8(name)]
+        if skipped:
+            files = [name for name in files if _is_utf8(name)]
+            folders = [name for name in folders if _is_utf8(name)]
+    if TEMP_PREFIX in joined:
+        files = [name for name in files if not _is_temp(name)]
+    return files, folders, skipped
+
+
 def _first_key(folder: int) -> str | None:
     """The path (``/``-separated, below ``folder``) of some key file under it.
 
     Looks at a folder's files before its sub-folders and stops at the first
-    key, so a folder of chunks costs one ``scandir``.
+    key, so a folder of chunks costs one ``scandir`` (read lazily: a key
+    among the first entries ends it).
     """
     subfolders = []
     for entry in _entries(folder):
-        if not _is_utf8(entry.name):
+        name = entry.name
+        if not _is_utf8(name):
             continue
-        if _is_folder(entry):
-            subfolders.append(entry.name)
-        elif _is_key_file(entry):
-            return entry.name
+        if _is_file(entry):
+            if not name.startswith(TEMP_PREFIX) or not _is_temp(name):
+                return name
+        elif _is_folder(entry):
+            subfolders.append(name)
     for name in subfolders:
-        child = _open_folder_at(folder, name)
-        if child is None:
-            continue  # removed, or swapped for a link, since the scan
-        try:
-            below = _first_key(child)
-        finally:
-            os.close(child)
+        below = _first_key_below(folder, name)
         if below is not None:
             return f"{name}/{below}"
     return None
+
+
+def _folder_holds_key(parent: int, name: str) -> bool:
+    """True if sub-folder ``name`` of ``parent`` holds a key (at any depth)."""
+    return _first_key_below(parent, name) is not None
+
+
+def _first_key_below(parent: int, name: str) -> str | None:
+    """``_first_key`` of sub-folder ``name`` of ``parent``; None if it is gone or a link now."""
+    child = _open_folder_at(parent, name)
+    if child is None:
+        return None  # removed, or swapped for a link, since the scan
+    try:
+        return _first_key(child)
+    finally:
+        os.close(child)
 
 
 def _unlink_quietly(name: str, parent: int) -> None:
@@ -1049,28 +1097,15 @@ class DirectoryStore(Store):
         folder = self._open_prefix(self._fold(prefix))
         if folder is None:
             return []
-        names, skipped = [], []
         try:
-            for entry in _entries(folder):
-                name = entry.name
-                if not _is_utf8(name):
-                    skipped.append(prefix + name)
-                elif _is_folder(entry):
-                    # A folder without keys (a crash's leftovers, another tool's
-                    # empty folder) is not a prefix in the key/value model.
-                    child = _open_folder_at(folder, name)
-                    if child is not None:
-                        try:
-                            if _first_key(child) is not None:
-                                names.append(name)
-                        finally:
-                            os.close(child)
-                elif _is_key_file(entry):
-                    names.append(name)
+            files, folders, skipped = _scan(folder, prefix)
+            # A folder without keys (a crash's leftovers, another tool's empty
+            # folder) is not a prefix in the key/value model.
+            files += [name for name in folders if _folder_holds_key(folder, name)]
         finally:
             os.close(folder)
         self._warn_skipped(skipped)
-        return names
+        return files
 
     def _getsize_prefix(self, prefix: str) -> int:
         return sum(size for _, size in self._walk(self._fold(prefix), sizes=True))
@@ -1222,21 +1257,17 @@ def _walk_folder(
     folder: int, relative: str, found: list[tuple[str, int]], skipped: list[str], sizes: bool
 ) -> None:
     """Add every key under the open ``folder`` to ``found``; links are not followed."""
-    subfolders = []
-    for entry in _entries(folder):
-        name = entry.name
-        if not _is_utf8(name):
-            skipped.append(relative + name)
-        elif _is_folder(entry):
-            subfolders.append(name)
-        elif _is_key_file(entry):
-            size = 0
-            if sizes:
-                try:
-                    size = os.stat(name, dir_fd=folder, follow_symlinks=False).st_size
-                except FileNotFoundError:
-                    continue  # deleted since the scan saw it
+    files, subfolders, skipped_here = _scan(folder, relative)
+    skipped += skipped_here
+    if sizes:
+        for name in files:
+            try:
+                size = os.stat(name, dir_fd=folder, follow_symlinks=False).st_size
+            except FileNotFoundError:
+                continue  # deleted since the scan saw it
             found.append((relative + name, size))
+    else:
+        found += [(relative + name, 0) for name in files]
     for name in subfolders:
         child = _open_folder_at(folder, name)
         if child is None:
