@@ -159,6 +159,24 @@ def test_zarr2_format_through_a_url(tmp_path):
     assert {"a/.zarray", "a/0", "a/1"} <= stored_keys(url)
 
 
+def test_n5_through_a_url_string_is_real_n5(tmp_path):
+    # n5:// reaches N5Store through fsspec: the folder holds N5 (attributes.json,
+    # block headers), which tensorstore's own n5 driver reads.
+    ts = pytest.importorskip("tensorstore")
+    path = tmp_path / "data.n5"
+    array = zarr.create_array(f"n5://{path}", name="a", shape=(5, 3), chunks=(2, 2),
+                              dtype="i4", zarr_format=2, compressors=None)
+    array[:] = np.arange(15).reshape(5, 3)
+    assert type(array.store.fs.store).__name__ == "N5Store"
+    assert (path / "a" / "attributes.json").exists() and not (path / "a" / ".zarray").exists()
+    assert zarr.open_array(f"n5://{path}", path="a", mode="r")[:].tolist() == (
+        np.arange(15).reshape(5, 3).tolist())
+    spec = {"driver": "n5", "kvstore": {"driver": "file", "path": str(path / "a")}}
+    # N5 lists dimensions fastest-first: tensorstore shows the transpose.
+    np.testing.assert_array_equal(ts.open(spec).result().read().result(),
+                                  np.arange(15).reshape(5, 3).T)
+
+
 def test_zarr_awaits_our_file_system_directly(tmp_path):
     array = zarr.create_array(f"lmdb://{tmp_path / 'direct.lmdb'}", shape=(2,), dtype="i1")
     assert type(array.store.fs) is StoreFileSystem  # no AsyncFileSystemWrapper in between

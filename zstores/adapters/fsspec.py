@@ -55,7 +55,7 @@ __all__ = ["PROTOCOLS", "StoreFile", "StoreFileSystem", "close_shared_stores", "
 #: The schemes registered with fsspec.  ``file``, ``zip`` and ``memory`` are
 #: left to fsspec's own file systems (see the module docstring).
 PROTOCOLS: tuple[str, ...] = (
-    "nested", "dbm", "lmdb", "sqlite", "redis", "rediss", "mongodb", "mongodb+srv",
+    "nested", "dbm", "lmdb", "sqlite", "redis", "rediss", "mongodb", "mongodb+srv", "n5",
 )
 
 # Keyword arguments fsspec (or zarr, through fsspec) passes to every file
