@@ -2,7 +2,7 @@
 
 ::
 
-    zfuse mount URL MOUNTPOINT [--read-only] [--foreground] [--allow-other]
+    zfuse mount URL MOUNTPOINT [--read-only | --snapshot] [--foreground] [--allow-other]
                 [--attr-timeout S] [-o FUSE_OPTION ...] [--log-file PATH]
     zfuse unmount MOUNTPOINT [--lazy]
     zfuse list [--json]
@@ -65,6 +65,7 @@ _MOUNT_EXAMPLES = """\
 examples:
   zfuse mount lmdb:///data/run1.lmdb /mnt/run1
   zfuse mount --read-only -o kernel_cache zip:///data/run1.zip /mnt/run1
+  zfuse mount --snapshot sqlite:///data/live.sqlite /mnt/frozen   # one version, read-only
   zfuse mount --foreground --log-file zfuse.log redis://127.0.0.1:6379/0 /mnt/r
 """
 
@@ -141,6 +142,10 @@ def _parser() -> argparse.ArgumentParser:
     mount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
     mount_cmd.add_argument("--read-only", action="store_true",
                            help="open the store read-only and refuse every change (EROFS)")
+    mount_cmd.add_argument("--snapshot", action="store_true",
+                           help="serve one version of the store (a snapshot taken at mount) "
+                           "for the mount's life, read-only, while writers go on; LMDB, "
+                           "SQLite and other stores that can take snapshots")
     mount_cmd.add_argument("--foreground", action="store_true",
                            help="stay attached; Ctrl-C or SIGTERM unmounts")
     mount_cmd.add_argument("--allow-other", action="store_true",
@@ -231,7 +236,7 @@ def _mount(args: argparse.Namespace) -> int:
     extra = parse_fuse_options(args.fuse_options)
     if args.foreground:
         _configure_logging(args.log_file)
-        store = _open(args.url, args.read_only)
+        store = _open(args.url, args.read_only or args.snapshot)
         try:
             _serve(args, store, mountpoint, extra, on_ready=lambda: print(
                 f"zfuse: {_redact(args.url)} mounted at {mountpoint}; Ctrl-C unmounts",
@@ -280,7 +285,8 @@ def _serve(args: argparse.Namespace, store: Any, mountpoint: str, extra: dict[st
            **options: Any) -> None:
     mount(store, mountpoint, read_only=args.read_only, foreground=True,
           attr_timeout=args.attr_timeout, allow_other=args.allow_other,
-          fuse_options_extra=extra, label=_redact(args.url), **options)
+          fuse_options_extra=extra, label=_redact(args.url), snapshot=args.snapshot,
+          **options)
 
 
 def _configure_logging(log_file: str | None) -> None:
@@ -362,7 +368,7 @@ def _daemon(args: argparse.Namespace, mountpoint: str, extra: dict[str, Any],
     os.dup2(ready_fd, 2)
     _configure_logging(None)
     try:
-        store = _open(args.url, args.read_only)
+        store = _open(args.url, args.read_only or args.snapshot)
     except _Failure as error:
         print(f"zfuse: error: {error}", file=sys.stderr, flush=True)
         return 1

@@ -204,6 +204,7 @@ def mount(
     fsname: str = SUBTYPE,
     on_ready: Callable[[], None] | None = None,
     label: str | None = None,
+    snapshot: bool = False,
 ) -> Mount | None:
     """Show ``store`` as a folder at ``mountpoint``.
 
@@ -239,6 +240,11 @@ def mount(
     label : str, optional
         What ``zfuse list`` shows as the mounted store (a URL with its
         password redacted); the store's repr by default.
+    snapshot : bool
+        Serve ``store.snapshot()`` instead of the store: every tool reading
+        the folder sees one version of the data for as long as the mount
+        lives, whatever writers do to the store meanwhile.  Implies
+        ``read_only``; the snapshot is closed at unmount.
 
     Returns
     -------
@@ -248,7 +254,8 @@ def mount(
     Raises
     ------
     MountError
-        If the mount point is unusable or the mount fails.
+        If the mount point is unusable or the mount fails, or with
+        ``snapshot`` if the store cannot take snapshots.
 
     Examples
     --------
@@ -261,13 +268,46 @@ def mount(
     b'hi'
     """
     require_mfusepy()
-    from ._fuse import fuse_class
-    from .operations import operations_for
-
     path = check_mountpoint(mountpoint)
     if store.closed:
         raise MountError(f"cannot mount {store!r}: the store is closed")
-    extra = dict(fuse_options_extra or {})
+    if snapshot:
+        store, read_only = snapshot_of(store), True
+    try:
+        return _mount_checked(store, path, read_only=read_only, foreground=foreground,
+                              attr_timeout=attr_timeout, allow_other=allow_other,
+                              extra=dict(fuse_options_extra or {}), fsname=fsname,
+                              on_ready=on_ready, label=label, owned=snapshot)
+    except BaseException:
+        if snapshot:
+            store.close()
+        raise
+
+
+def snapshot_of(store: Store) -> Store:
+    """``store.snapshot()``, or a ``MountError`` saying why there is none.
+
+    Raises
+    ------
+    MountError
+        If the store cannot take snapshots (``supports_snapshots`` is False).
+    """
+    if not store.supports_snapshots:
+        raise MountError(
+            f"cannot mount a snapshot of {store!r}: it cannot take snapshots "
+            "(supports_snapshots=False); LMDB, SQLite and Memory stores can"
+        )
+    return store.snapshot()
+
+
+def _mount_checked(store: Store, path: str, *, read_only: bool, foreground: bool,
+                   attr_timeout: float, allow_other: bool, extra: dict[str, Any], fsname: str,
+                   on_ready: Callable[[], None] | None, label: str | None,
+                   owned: bool) -> Mount | None:
+    """``mount`` after its checks; ``owned``: close ``store`` when the mount ends."""
+    from ._fuse import fuse_class
+    from .operations import operations_for
+
     shown = label if label is not None else repr(store)
     ro = read_only or store.read_only
 
@@ -292,6 +332,8 @@ def mount(
         finally:
             registry.forget(path, pid=os.getpid())
             _restore_sigpipe()
+            if owned:
+                store.close()
 
     if foreground:
         threading.Thread(target=_raise_read_ahead_when_ready, args=(path, operations),
