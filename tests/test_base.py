@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from zstores import MemoryStore, Store
-from zstores.base import children_by_seek, to_buffer
+from zstores.base import children_by_scan, children_by_seek, to_buffer
 from zstores.errors import ValueTooLargeError
 
 
@@ -55,6 +55,31 @@ def test_children_by_seek_matches_a_scan():
     for prefix in ["", "a/", "ab/", "c/", "c/d/", "zz/"]:
         expected = sorted({k[len(prefix):].split("/")[0] for k in keys if k.startswith(prefix)})
         assert sorted(children_by_seek(prefix, first_from(prefix))) == expected, prefix
+
+
+@pytest.mark.parametrize("rows_per_folder", [1, 2, 3, 32])
+def test_children_by_scan_matches_a_listing(rows_per_folder):
+    # Folders of 1 to 40 keys (some jumped over, some read past), plain keys
+    # sorting between a folder's name and its keys (a.b between a and a/x),
+    # deeper folders, and prefixes with nothing under them.
+    keys = ["a", "a/b", "a/b/c", "a.b", "a0", "ab/x", "ab/y/z", "b", "c/d/e", "a/.zarray"]
+    keys += [f"a/big/{i}" for i in range(40)] + [f"a/two/{i}" for i in range(2)]
+    keys += [f"a/n/{i}/0" for i in range(5)] + ["a/big.1", "a/bigger"]
+    keys = sorted(keys)
+    reads = []
+
+    def keys_from(prefix):
+        def read(lower):
+            reads.append(lower)
+            return (key for key in keys if key >= lower and key.startswith(prefix))
+        return read
+
+    for prefix in ["", "a/", "a/n/", "ab/", "c/", "c/d/", "zz/"]:
+        expected = sorted({k[len(prefix):].split("/")[0] for k in keys if k.startswith(prefix)})
+        listed = children_by_scan(prefix, keys_from(prefix), rows_per_folder=rows_per_folder)
+        assert sorted(listed) == expected and len(listed) == len(expected), prefix
+    # The 40 keys of a/big are jumped over, not read, once a few were.
+    assert ("a/big0" in reads) == (rows_per_folder < 40)
 
 
 def test_pickle_of_mode_w_reopens_without_clearing():

@@ -46,7 +46,7 @@ from .keys import child_name, normalize_key, normalize_storage_path, prefix_of
 if TYPE_CHECKING:
     from .transactions import ChangeSet, Transaction
 
-__all__ = ["MODES", "Mode", "Store", "children_by_seek", "to_buffer"]
+__all__ = ["MODES", "Mode", "Store", "children_by_scan", "children_by_seek", "to_buffer"]
 
 Mode = Literal["r", "r+", "a", "w", "w-"]
 
@@ -125,6 +125,53 @@ def children_by_seek(prefix: str, first_key_from: Callable[[str], str | None]) -
             key = first_key_from(key + "\x00")  # a plain key: the very next key
         else:
             key = first_key_from(prefix + name + "0")
+    return list(children)
+
+
+def children_by_scan(
+    prefix: str, keys_from: Callable[[str], Iterable[str]], *, rows_per_folder: int = 32
+) -> list[str]:
+    """List the direct children of ``prefix`` in a sorted key space by reading it in order.
+
+    ``keys_from(lower)`` yields, in sorted order, the keys that are
+    ``>= lower`` and start with ``prefix`` (a cursor over a range query).  One
+    read usually serves the whole folder: plain keys are names as they come,
+    and the keys of a child folder are read past while there are few of them.
+    After ``rows_per_folder`` keys inside one child folder the scan starts a
+    new read past it (like ``children_by_seek``), so a folder of a million
+    chunks costs a few rows, not a million.  Names come back unique but not
+    sorted (``a.b`` sorts between ``a`` and ``a/x``).
+
+    Examples
+    --------
+    >>> keys = sorted(["a/.zarray", "a/0.0", "a/b/0", "a/b/1", "a/c/0", "x"])
+    >>> def keys_from(lower):
+    ...     return (key for key in keys if key >= lower and key.startswith("a/"))
+    >>> sorted(children_by_scan("a/", keys_from))
+    ['.zarray', '0.0', 'b', 'c']
+    """
+    children: dict[str, None] = {}
+    start = len(prefix)
+    lower: str | None = prefix
+    while lower is not None:
+        rows = keys_from(lower)
+        lower = None
+        folder_end = ""  # keys below this one lie inside the last child folder
+        inside = 0
+        for key in rows:
+            if key < folder_end:
+                inside += 1
+                if inside >= rows_per_folder:
+                    lower = folder_end  # a big folder: jump past it
+                    break
+                continue
+            slash = key.find("/", start)
+            if slash < 0:
+                children[key[start:]] = None
+            else:
+                children[key[start:slash]] = None
+                folder_end = key[:slash] + "0"  # "0" follows "/"
+                inside = 0
     return list(children)
 
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..base import Buffer, Mode, Store, children_by_seek
+from ..base import Buffer, Mode, Store, children_by_scan
 from ..errors import (
     CorruptValueError,
     ReadOnlyError,
@@ -851,13 +851,13 @@ class SQLiteStore(Store):
 
     def _listdir(self, prefix: str) -> list[str]:
         upper = prefix_upper_bound(prefix)
-        if upper is None:
-            sql, tail = f"SELECT min(k) FROM {self._q} WHERE k >= ?", ()
-        else:
-            sql, tail = f"SELECT min(k) FROM {self._q} WHERE k >= ? AND k < ?", (upper,)
+        where, tail = ("k >= ?", ()) if upper is None else ("k >= ? AND k < ?", (upper,))
+        sql = f"SELECT k FROM {self._q} WHERE {where} ORDER BY k"
         with self._transaction() as db:
-            return children_by_seek(
-                prefix, lambda lower: db.execute(sql, (lower, *tail)).fetchone()[0]
+            # One range query read in order serves a folder of keys; a big
+            # child folder is jumped over with a new query past it.
+            return children_by_scan(
+                prefix, lambda lower: (k for (k,) in db.execute(sql, (lower, *tail)))
             )
 
     def _rmdir(self, prefix: str) -> None:
