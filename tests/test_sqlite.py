@@ -8,8 +8,10 @@ import errno
 import os
 import pickle
 import re
+import shutil
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -196,6 +198,67 @@ def test_file_uses_wal_and_mode_r_is_read_only(tmp_path):
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
             store._db().execute('DELETE FROM "zarr"')
         assert store["k"] == b"v"
+
+
+def synchronous_of(store):
+    """SQLite's synchronous setting on the calling thread's connection (1 NORMAL, 2 FULL)."""
+    return store._db().execute("PRAGMA synchronous").fetchone()[0]
+
+
+def test_synchronous_option_applies_to_every_connection(tmp_path):
+    from zstores import open_store
+
+    path = tmp_path / "db.sqlite"
+    with SQLiteStore(path) as store:
+        assert synchronous_of(store) == 1  # NORMAL by default
+    with SQLiteStore(path, synchronous="FULL") as store:
+        store["k"] = b"v"
+        in_thread = []
+        thread = threading.Thread(target=lambda: in_thread.append(synchronous_of(store)))
+        thread.start()
+        thread.join()
+        assert synchronous_of(store) == 2 and in_thread == [2]
+        with store.reopen("r") as reader, pickle.loads(pickle.dumps(store)) as copy:
+            assert synchronous_of(reader) == 2 and synchronous_of(copy) == 2
+    with open_store(f"sqlite://{path}?synchronous=full") as store:
+        assert synchronous_of(store) == 2
+    with pytest.raises(ValueError, match=r"synchronous='off'.*'normal'.*'full'"):
+        SQLiteStore(path, synchronous="off")
+
+
+def fsyncs_while_writing(path, synchronous, commits):
+    """The fsync/fdatasync calls of a process making ``commits`` single-key writes (strace)."""
+    script = (
+        "import sys\n"
+        "from zstores.stores.sqlite import SQLiteStore\n"
+        f"store = SQLiteStore({str(path)!r}, synchronous={synchronous!r})\n"
+        "store['first'] = b'x'\n"
+        "print('writes', flush=True)\n"
+        f"for i in range({commits}):\n"
+        "    store[f'k{i}'] = bytes(100)\n"
+        "print('done', flush=True)\n"
+        "store.close()\n"
+    )
+    trace = path.parent / f"strace-{synchronous}"
+    done = subprocess.run(
+        ["strace", "-f", "-e", "trace=fsync,fdatasync,write", "-o", str(trace),
+         sys.executable, "-c", script],
+        capture_output=True, text=True, check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"strace cannot trace here: {done.stderr.strip()[-200:]}")
+    lines = trace.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if '"writes"' in line)
+    end = next(i for i, line in enumerate(lines) if '"done"' in line)
+    return sum(1 for line in lines[start:end] if "sync(" in line)
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_synchronous_full_fsyncs_every_commit_and_normal_does_not(tmp_path):
+    # What each setting promises (docs): FULL makes each commit durable before
+    # it returns, NORMAL leaves the WAL to be synced at the next checkpoint.
+    assert fsyncs_while_writing(tmp_path / "full.sqlite", "full", 20) >= 20
+    assert fsyncs_while_writing(tmp_path / "normal.sqlite", "normal", 20) == 0
 
 
 def test_new_file_gets_16_kib_pages_and_an_existing_file_keeps_its_own(tmp_path):

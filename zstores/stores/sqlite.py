@@ -189,12 +189,29 @@ class _Connection:
         self.db.close()
 
 
-def _connect(path: str, mode: str, timeout: float, immutable: bool = False
-             ) -> sqlite3.Connection:
+#: What each ``synchronous=`` setting promises, in WAL mode (see SQLiteStore).
+SYNCHRONOUS = {
+    "normal": "a commit is fsync-ed at checkpoints: never corrupt, but a power loss or OS "
+              "crash may roll back the last commits",
+    "full": "every commit is fsync-ed before it returns: it survives a power loss",
+}
+
+
+def _check_synchronous(synchronous: str) -> str:
+    setting = synchronous.lower() if isinstance(synchronous, str) else synchronous
+    if setting not in SYNCHRONOUS:
+        known = "; ".join(f"{name!r}: {promise}" for name, promise in SYNCHRONOUS.items())
+        raise ValueError(f"invalid synchronous={synchronous!r}; expected one of {known}")
+    return setting
+
+
+def _connect(path: str, mode: str, timeout: float, immutable: bool = False,
+             synchronous: str = "normal") -> sqlite3.Connection:
     """A connection to ``path`` (or ``":memory:"``) for a store opened with ``mode``.
 
     ``immutable`` (mode ``"r"`` only) reads the file with no locks and no
-    ``-wal``/``-shm`` files, trusting that nothing changes it.
+    ``-wal``/``-shm`` files, trusting that nothing changes it.  ``synchronous``
+    is SQLite's setting of that name for this connection's commits.
     """
     if path == MEMORY:
         target, uri = MEMORY, False
@@ -209,7 +226,7 @@ def _connect(path: str, mode: str, timeout: float, immutable: bool = False
         target, timeout=timeout, isolation_level=None, check_same_thread=False, uri=uri
     )
     if path != MEMORY:
-        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(f"PRAGMA synchronous={synchronous.upper()}")
         if mode != "r":
             db.execute("PRAGMA wal_autocheckpoint=0")  # see _Checkpointer
     return db
@@ -316,8 +333,14 @@ class SQLiteStore(Store):
     ``BEGIN IMMEDIATE`` transaction, so a reader sees all or none of them.
     Prefix operations are range queries on the primary-key index (``k >=
     prefix AND k < bound``), never ``LIKE``, so ``_`` and ``%`` in names are
-    ordinary characters and case matters.  Commits use ``synchronous=NORMAL``:
-    a power loss may undo the latest commits but never tears a value.  A new
+    ordinary characters and case matters.  Durability is SQLite's
+    ``synchronous`` setting, chosen with ``synchronous=``: ``"normal"``
+    (default) fsyncs the WAL only at checkpoints, so a power loss or an
+    operating-system crash may roll back the latest commits, but never
+    corrupts the file or tears a value (a crash of the program alone loses
+    nothing); ``"full"`` fsyncs the WAL at every commit, so a write that
+    returned survives a power loss, at the cost of one fsync per commit
+    (``setitems`` is one commit).  A new
     file gets 16 KiB pages instead of SQLite's 4 KiB: a chunk then spans a
     quarter of the pages, so writing it appends a quarter of the WAL frames
     and reading it fetches a quarter of the pages (a file made elsewhere keeps
@@ -382,6 +405,10 @@ class SQLiteStore(Store):
     timeout : float
         Seconds a writer waits for another connection's write to finish
         before ``StoreLockedError``.
+    synchronous : {"normal", "full"}
+        When commits reach the disk (see above); ``"normal"`` by default.
+        It applies to this store's connections, not to the file: another
+        connection chooses its own.
 
     Attributes
     ----------
@@ -422,10 +449,12 @@ class SQLiteStore(Store):
         table: str = "zarr",
         mode: Mode = "a",
         timeout: float = 30.0,
+        synchronous: str = "normal",
     ) -> None:
         super().__init__(mode=mode)
         self._table = _check_table(table)
         self._timeout = float(timeout)
+        self._synchronous = _check_synchronous(synchronous)
         path = os.fspath(path)
         if not isinstance(path, str) or not path:
             raise ValueError(f"path must be a file name or ':memory:', not {path!r}")
@@ -660,13 +689,15 @@ class SQLiteStore(Store):
 
     # ---------------------------------------------------------- connections
     def _connect(self) -> sqlite3.Connection:
-        return _connect(self._path, self._mode, self._timeout, self._immutable)
+        return _connect(self._path, self._mode, self._timeout, self._immutable,
+                        self._synchronous)
 
     def _start_checkpointer(self) -> None:
         # The thread knows the file, not the store: an unclosed store can
         # still be collected, and stopping the thread is its finalizer's job.
-        checkpointer = _Checkpointer(functools.partial(_connect, self._path, self._mode,
-                                                       self._timeout), self._write_lock)
+        checkpointer = _Checkpointer(
+            functools.partial(_connect, self._path, self._mode, self._timeout,
+                              synchronous=self._synchronous), self._write_lock)
         self._checkpointer = checkpointer
         weakref.finalize(self, checkpointer.close, False)
 
@@ -969,4 +1000,5 @@ class SQLiteStore(Store):
         return self._path if self._table == "zarr" else f"{self._path}#{self._table}"
 
     def _params(self) -> dict[str, Any]:
-        return {"path": self._path, "table": self._table, "timeout": self._timeout}
+        return {"path": self._path, "table": self._table, "timeout": self._timeout,
+                "synchronous": self._synchronous}
