@@ -26,6 +26,7 @@ from .errors import (
     LockTimeoutError,
     LockUnsupportedError,
     ReadOnlyError,
+    StoreAccessError,
     StoreClosedError,
     StoreConnectionError,
     StoreExistsError,
@@ -66,6 +67,8 @@ _LAZY = {
     **dict.fromkeys(["ProcessSynchronizer", "RedisSynchronizer", "SynchronizedArray",
                      "ThreadSynchronizer", "synchronized"], "sync"),
     **dict.fromkeys(["LRUStoreCache", "consolidate_metadata", "open_consolidated"], "wrappers"),
+    **dict.fromkeys(["AzureStore", "GCSStore", "HTTPStore", "ObjectStore", "S3Store"],
+                    "stores.objectstore"),
 }
 
 if TYPE_CHECKING:
@@ -84,6 +87,7 @@ if TYPE_CHECKING:
     from .migrate_v1 import migrate_1to2
     from .migrate_v3 import migrate_2to3, plan_2to3
     from .stores.n5 import N5Store
+    from .stores.objectstore import AzureStore, GCSStore, HTTPStore, ObjectStore, S3Store
     from .sync import (
         ProcessSynchronizer,
         RedisSynchronizer,
@@ -99,11 +103,14 @@ __getattr__, __dir__ = lazy_exports(globals(), _LAZY)
 __all__ = [
     "MODES",
     "N5Store",
+    "AzureStore",
     "ContainsArrayError",
     "ContainsGroupError",
     "CorruptValueError",
     "DBMStore",
     "DirectoryStore",
+    "GCSStore",
+    "HTTPStore",
     "InvalidKeyError",
     "InvalidValueError",
     "KeyConflictError",
@@ -116,12 +123,15 @@ __all__ = [
     "MemoryStore",
     "MongoDBStore",
     "NestedDirectoryStore",
+    "ObjectStore",
     "ProcessSynchronizer",
     "ReadOnlyError",
     "RedisStore",
     "RedisSynchronizer",
+    "S3Store",
     "SQLiteStore",
     "Store",
+    "StoreAccessError",
     "StoreClosedError",
     "StoreConnectionError",
     "StoreExistsError",

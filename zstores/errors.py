@@ -58,6 +58,18 @@ class StoreConnectionError(ZStoresError, ConnectionError):
     """The server behind a network store could not be reached or failed."""
 
 
+class StoreAccessError(ZStoresError, PermissionError):
+    """The backend refused the credentials, or they do not allow this operation.
+
+    Raised by the object stores for an HTTP 401 or 403 (wrong or expired keys,
+    a bucket policy that denies the call); ``errno`` is ``EACCES``.  The
+    message names the store and never a key or token.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*_with_errno(_errno.EACCES, args))
+
+
 class StoreIOError(ZStoresError, OSError):
     """The backend failed to read or write (an I/O error, a damaged file).
 

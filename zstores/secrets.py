@@ -23,14 +23,24 @@ import re
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-__all__ = ["mentions_secret", "redact_url", "scrub", "secrets_of"]
+__all__ = ["SECRET_OPTIONS", "mentions_secret", "redact_url", "scrub", "secrets_of"]
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)([^/?#@]*)@")
-_PASSWORD_OPTION = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+#: Query options whose value is a secret: a password, or an object store's key,
+#: token or signature (``?secret_access_key=``, ``?account_key=``, ``?sas_token=``,
+#: a presigned URL's ``X-Amz-Signature`` or an Azure SAS's ``sig``).
+SECRET_OPTIONS = frozenset({
+    "password", "secret_access_key", "aws_secret_access_key", "session_token",
+    "aws_session_token", "account_key", "sas_token", "sas_key", "token", "bearer_token",
+    "client_secret", "x-amz-signature", "x-amz-security-token", "sig",
+})
+_PASSWORD_OPTION = re.compile(
+    r"([?&](?:" + "|".join(re.escape(name) for name in sorted(SECRET_OPTIONS)) + r")=)[^&#]*",
+    re.IGNORECASE)
 
 
 def redact_url(url: str) -> str:
-    """The URL with every password (user part or ``password=`` option) shown as ``***``.
+    """The URL with every secret (a user part's password, a ``SECRET_OPTIONS`` option) as ``***``.
 
     Parameters
     ----------
@@ -45,6 +55,8 @@ def redact_url(url: str) -> str:
     --------
     >>> redact_url("redis://user:secret@localhost:6379/0?password=x&db=1")
     'redis://user:***@localhost:6379/0?password=***&db=1'
+    >>> redact_url("s3://bucket/run1?endpoint_url=http://h:9000&secret_access_key=abc")
+    's3://bucket/run1?endpoint_url=http://h:9000&secret_access_key=***'
     >>> redact_url("/data/a@b:c")
     '/data/a@b:c'
     """
@@ -70,7 +82,7 @@ def secrets_of(url: str) -> list[str]:
     if parts.password:
         found += [parts.password, unquote(parts.password)]
     found += [value for name, value in parse_qsl(parts.query)
-              if name.lower() == "password" and value]
+              if name.lower() in SECRET_OPTIONS and value]
     return list(dict.fromkeys(secret for secret in found if secret))
 
 

@@ -195,6 +195,10 @@ _LMDB_OPEN_OPTIONS = {name: _parse_bool for name in
                       ("writemap", "readahead", "meminit", "metasync", "map_async")}
 _REDIS = Scheme("zstores.stores.redis:RedisStore", location="url")
 _MONGODB = Scheme("zstores.stores.mongodb:MongoDBStore", location="url")
+# Object stores: the path is "bucket/prefix"; every option is a constructor
+# keyword.  http(s):// keeps the whole URL (host included).
+_OBJECTS = "zstores.stores.objectstore:"
+_HTTP = Scheme(_OBJECTS + "HTTPStore", location="url")
 
 #: Every built-in scheme.  A plain path (no ``scheme://``) is looked up in
 #: ``PATH_ENDINGS`` by its ending, and is a ``file`` store otherwise.
@@ -211,6 +215,11 @@ SCHEMES: dict[str, Scheme] = {
     "mongodb+srv": _MONGODB,
     "memory": Scheme("zstores.stores.memory:MemoryStore", location="none"),
     "n5": Scheme("zstores.stores.n5:N5Store"),  # an N5 folder, shown as Zarr format 2
+    "s3": Scheme(_OBJECTS + "S3Store"),
+    "gs": Scheme(_OBJECTS + "GCSStore"),
+    "az": Scheme(_OBJECTS + "AzureStore"),
+    "http": _HTTP,
+    "https": _HTTP,
 }
 
 #: Plain-path endings (lower case) and the scheme plus default options they select.

@@ -1,0 +1,309 @@
+"""The obstore engine: an object store's requests through obstore (Rust's object_store).
+
+One engine object per store.  Single calls use obstore's blocking functions;
+batches (``get_many``, ``put_many``, ``copy_many``) run obstore's async
+functions together on one event loop in a background thread of this module,
+at most ``max_concurrency`` requests in flight, so 1,000 keys cost about
+1,000 / ``max_concurrency`` round trips of time instead of 1,000.
+
+Paths here are whole object names inside the bucket (the store's prefix
+already joined); the engine knows nothing of Zarr keys or modes.  A missing
+object comes back as ``None``; every other obstore error propagates, and the
+store turns it into a typed zstores error (``classify``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import threading
+from collections.abc import Coroutine, Iterator
+from datetime import timedelta
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["ObstoreEngine", "classify", "import_obstore", "run"]
+
+
+def import_obstore(extra: str) -> Any:
+    """The obstore module, or an ImportError naming the extra that installs it."""
+    try:
+        import obstore
+        import obstore.exceptions
+        import obstore.store
+    except ImportError:  # pragma: no cover - the extra is installed in tests
+        raise ImportError(
+            f"object stores need the obstore package: pip install 'zstores[{extra}]'"
+        ) from None
+    return obstore
+
+
+# ------------------------------------------------------------- the event loop
+class _LoopThread:
+    """One asyncio loop in a daemon thread, shared by every engine of the process.
+
+    Made on first use and again in a forked child (a thread does not survive
+    ``fork``), so a store inherited by a child process still runs its batches.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="zstores-objectstore",
+                                          daemon=True)
+                thread.start()
+                self._loop, self._pid = loop, os.getpid()
+            return self._loop
+
+
+_LOOP = _LoopThread()
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` on the shared loop and wait for its result."""
+    return asyncio.run_coroutine_threadsafe(coroutine, _LOOP.loop()).result()
+
+
+# ----------------------------------------------------------- error kinds
+_STATUS = re.compile(r"status code: (\d{3})")
+_MISSING_CONTAINER = ("NoSuchBucket", "ContainerNotFound", "bucket does not exist",
+                      "The specified bucket does not exist", "ContainerBeingDeleted")
+_CONNECTION = ("error sending request", "tcp connect error", "Connection refused",
+               "timed out", "operation timed out", "dns error", "connection closed",
+               "Connection reset")
+
+
+def classify(error: BaseException) -> str:
+    """What an obstore error means for a store.
+
+    One of ``"missing"`` (no such object), ``"no_container"`` (no such bucket
+    or container), ``"denied"`` (HTTP 401/403, refused credentials),
+    ``"range"`` (HTTP 416: the range starts past the end), ``"not_partial"``
+    (the server ignored a range and sent the whole object), ``"connection"``
+    (unreachable, refused, timed out), ``"unsupported"`` (the service cannot
+    do this), ``"throttled"`` (HTTP 429/503 after the retries ran out) or
+    ``"other"``.  obstore raises a few exception classes and carries the
+    HTTP status only in its message, hence the text checks.
+
+    Examples
+    --------
+    >>> classify(FileNotFoundError("Object at location x not found"))
+    'missing'
+    >>> classify(RuntimeError("Server returned non-2xx status code: 416 Range Not Satisfiable"))
+    'range'
+    """
+    text = str(error)
+    if any(marker in text for marker in _MISSING_CONTAINER):
+        return "no_container"
+    name = type(error).__name__
+    if name in ("PermissionDeniedError", "UnauthenticatedError"):
+        return "denied"
+    if isinstance(error, FileNotFoundError) or name == "NotFoundError":
+        return "missing"
+    status = _STATUS.search(text)
+    code = int(status.group(1)) if status else 0
+    if code in (401, 403):
+        return "denied"
+    if code == 416:
+        return "range"
+    if code in (429, 503):
+        return "throttled"
+    if "non-partial response" in text or "NotPartial" in text:
+        return "not_partial"
+    if name == "NotSupportedError" or code in (405, 501):
+        return "unsupported"
+    if code == 404:
+        return "missing"
+    if any(marker in text for marker in _CONNECTION):
+        return "connection"
+    return "other"
+
+
+def _is_missing(error: BaseException) -> bool:
+    return classify(error) == "missing"
+
+
+def duration(seconds: float) -> timedelta:
+    """Seconds as the ``timedelta`` obstore's client and retry options take."""
+    return timedelta(seconds=seconds)
+
+
+# ----------------------------------------------------------------- engine
+class ObstoreEngine:
+    """Requests to one bucket (or container, or base URL) through an obstore store.
+
+    Parameters
+    ----------
+    store : obstore.store.ObjectStore
+        The obstore store for normal calls (the service's retries apply).
+    probe : obstore.store.ObjectStore
+        The same location with few retries and short timeouts, for the check
+        at open, so a dead endpoint is reported within ``connect_timeout``.
+    max_concurrency : int
+        Requests in flight at once in a batch.
+    suffix_ranges : bool
+        The service answers ``bytes=-n`` (Azure does not: a HEAD first).
+    """
+
+    def __init__(self, store: Any, probe: Any, *, max_concurrency: int,
+                 suffix_ranges: bool = True) -> None:
+        self._obstore = import_obstore("s3")
+        self.driver_errors = (self._obstore.exceptions.BaseError, FileNotFoundError)
+        self.classify = classify
+        self.store = store
+        self.probe = probe
+        self.max_concurrency = max_concurrency
+        self.suffix_ranges = suffix_ranges
+
+    # ------------------------------------------------------------ one object
+    def get(self, path: str) -> bytes | None:
+        try:
+            return bytes(self._obstore.get(self.store, path).bytes())
+        except FileNotFoundError as error:
+            if _is_missing(error):
+                return None
+            raise
+
+    def head(self, path: str, *, probe: bool = False) -> int | None:
+        """The object's size, or None if there is none."""
+        try:
+            return int(self._obstore.head(self.probe if probe else self.store, path)["size"])
+        except FileNotFoundError as error:
+            if _is_missing(error):
+                return None
+            raise
+
+    def get_range(self, path: str, start: int, length: int | None) -> bytes | None:
+        """Python-slice semantics over range GETs; None when the object is missing."""
+        if length == 0:
+            return None if self.head(path) is None else b""
+        if start < 0 and (length is not None or not self.suffix_ranges):
+            size = self.head(path)  # a suffix of a known size, as a plain range
+            if size is None:
+                return None
+            start = max(size + start, 0)
+            if start >= size:
+                return b""
+        if start < 0:
+            request: dict[str, Any] = {"suffix": -start}
+        elif length is None:
+            request = {"offset": start}
+        else:
+            request = (start, start + length)
+        try:
+            result = self._obstore.get(self.store, path, options={"range": request})
+            return bytes(result.bytes())
+        except FileNotFoundError as error:
+            if _is_missing(error):
+                return None
+            raise
+        except self._obstore.exceptions.BaseError as error:
+            kind = classify(error)
+            if kind == "range":  # the object exists and the range starts at or past its end
+                return None if self.head(path) is None else b""
+            if kind != "not_partial":
+                raise
+        # The server sent the whole object (an empty one answers a suffix so):
+        # slice it here.
+        value = self.get(path)
+        if value is None:
+            return None
+        # Here start < 0 only with length None (a suffix): the slice needs no stop.
+        return value[start:] if length is None else value[start:start + length]
+
+    def put(self, path: str, value: bytes | memoryview) -> None:
+        self._obstore.put(self.store, path, value)
+
+    def delete(self, paths: list[str]) -> None:
+        """Delete objects; missing ones are no error (bulk deletes where the service has them)."""
+        if not paths:
+            return
+        try:
+            self._obstore.delete(self.store, paths)
+        except FileNotFoundError as error:
+            if not _is_missing(error):
+                raise
+            for path in paths:  # one was missing: the service stops there; go one by one
+                try:
+                    self._obstore.delete(self.store, path)
+                except FileNotFoundError as inner:
+                    if not _is_missing(inner):
+                        raise
+
+    def copy(self, source: str, target: str) -> None:
+        self._obstore.copy(self.store, source, target, overwrite=True)
+
+    # ------------------------------------------------------------- listings
+    # A folder is "" (the bucket) or "a/b/"; obstore names it "a/b" (or None)
+    # and lists segment-wise, so "a/b" never matches "a/bc/x".
+    def list(self, folder: str) -> Iterator[tuple[str, int]]:
+        """``(path, size)`` of every object under ``folder``, one page at a time."""
+        for batch in self._obstore.list(self.store, folder.rstrip("/") or None, chunk_size=1000):
+            for meta in batch:
+                yield meta["path"], int(meta["size"])
+
+    def list_folder(self, folder: str, *, probe: bool = False) -> tuple[list[str], list[str]]:
+        """Object paths and common prefixes directly under ``folder`` (a delimiter listing)."""
+        store = self.probe if probe else self.store
+        listing = self._obstore.list_with_delimiter(store, folder.rstrip("/") or None)
+        return [meta["path"] for meta in listing["objects"]], list(listing["common_prefixes"])
+
+    def exists(self, folder: str) -> bool:
+        """Whether anything is under ``folder``; asked with the probe's short timeouts."""
+        objects, prefixes = self.list_folder(folder, probe=True)
+        return bool(objects or prefixes)
+
+    def close(self) -> None:
+        """Nothing to release: obstore's connection pool goes with the store object."""
+
+    # --------------------------------------------------------------- batches
+    def get_many(self, paths: list[str]) -> dict[str, bytes]:
+        return run(self._get_many(paths))
+
+    async def _get_many(self, paths: list[str]) -> dict[str, bytes]:
+        limit = asyncio.Semaphore(self.max_concurrency)
+        obstore = self._obstore
+
+        async def one(path: str) -> bytes | None:
+            async with limit:
+                try:
+                    result = await obstore.get_async(self.store, path)
+                    return bytes(await result.bytes_async())
+                except FileNotFoundError as error:
+                    if _is_missing(error):
+                        return None
+                    raise
+
+        values = await asyncio.gather(*(one(path) for path in paths))
+        return {path: value for path, value in zip(paths, values, strict=True)
+                if value is not None}
+
+    def put_many(self, items: list[tuple[str, bytes | memoryview]]) -> None:
+        run(self._each(items, lambda path, value: self._obstore.put_async(
+            self.store, path, value)))
+
+    def copy_many(self, moves: list[tuple[str, str]]) -> None:
+        run(self._each(moves, lambda source, target: self._obstore.copy_async(
+            self.store, source, target, overwrite=True)))
+
+    async def _each(self, pairs: list[tuple[Any, Any]], call: Any) -> None:
+        limit = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(first: Any, second: Any) -> None:
+            async with limit:
+                await call(first, second)
+
+        # Every request runs to its end before an error is raised, so a failed
+        # batch leaves no request still writing behind the caller's back.
+        results = await asyncio.gather(*(one(a, b) for a, b in pairs), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result

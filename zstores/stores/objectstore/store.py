@@ -1,0 +1,384 @@
+"""ObjectStore: the one Store over object storage (S3, GCS, Azure Blob, HTTP).
+
+Keys are objects named ``<prefix>/<key>`` in one bucket (container, or base
+URL), the layout zarr-python 2's ``FSStore`` and zarr-python 3's
+``ObjectStore`` and ``FsspecStore`` use, so each reads what the others wrote.
+The services differ only in how a client is configured (``services.py``);
+everything a Store does is here, over an engine (``_obstore.py``, or
+``_fsspec.py`` with ``via="fsspec"``) that sends the requests.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+from collections.abc import Iterable
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+from ...base import Buffer, Mode, Store
+from ...errors import (
+    StoreAccessError,
+    StoreConnectionError,
+    StoreIOError,
+    StoreNotFoundError,
+    StoreURLError,
+    UnsupportedOperationError,
+)
+from ...keys import child_name
+from ...secrets import redact_url, scrub
+from .._network import (
+    DEFAULT_CONNECT_TIMEOUT,
+    backend_error,
+    call_translating,
+    check_connect_timeout,
+    network_errors_as,
+)
+from ._obstore import classify
+
+__all__ = ["ENGINES", "ObjectStore", "check_common_options"]
+
+#: The libraries an object store can send its requests through (``via=``).
+ENGINES = ("obstore", "fsspec")
+
+#: Defaults of the options every object store takes.
+DEFAULT_REQUEST_TIMEOUT = 30.0
+DEFAULT_RETRY_TIMEOUT = 30.0
+DEFAULT_MAX_CONCURRENCY = 64
+
+
+def _positive_seconds(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"invalid {name} {value!r}: it must be a number of seconds above 0")
+    return float(value)
+
+
+def check_common_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options every object store takes, checked; raises ``ValueError`` naming the bad one.
+
+    Examples
+    --------
+    >>> check_common_options({"via": "obstore", "connect_timeout": 2, "request_timeout": 30,
+    ...                       "retry_timeout": 30, "max_concurrency": 8})["connect_timeout"]
+    2.0
+    """
+    checked = dict(options)
+    if checked["via"] not in ENGINES:
+        raise ValueError(f"invalid via {checked['via']!r}: expected one of {', '.join(ENGINES)}")
+    checked["connect_timeout"] = check_connect_timeout(checked["connect_timeout"])
+    for name in ("request_timeout", "retry_timeout"):
+        checked[name] = _positive_seconds(name, checked[name])
+    concurrency = checked["max_concurrency"]
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"invalid max_concurrency {concurrency!r}: it must be an int >= 1")
+    return checked
+
+
+def _short(error: BaseException) -> str:
+    """The first line of a driver's message (obstore appends a multi-line debug dump)."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return first if len(first) <= 300 else first[:300] + "..."
+
+
+class ObjectStore(Store):
+    """Base class of the object stores: keys as objects ``<prefix>/<key>`` in a bucket.
+
+    Not opened directly: use ``S3Store``, ``GCSStore``, ``AzureStore``,
+    ``HTTPStore`` or ``open_store("s3://bucket/prefix")``.  A subclass names
+    its ``scheme``, its ``extra`` and how to build an engine for its service
+    (``_make_engine``); every Store method is implemented here.
+
+    What object storage does and does not give (see docs/backends.md):
+    a single ``set`` is atomic (readers see the old or the new object, never
+    a part); ``getitems``/``setitems``/``delitems`` send their requests
+    concurrently (``max_concurrency`` in flight) but are not transactions;
+    ``rename`` is a copy then a delete, not atomic; ``listdir`` is one
+    delimiter listing; ``get_range`` one range GET.
+    """
+
+    scheme: ClassVar[str] = ""
+    #: The name of the extra that installs what this service needs.
+    extra: ClassVar[str] = ""
+    #: What the service calls its top-level namespace ("bucket", "container").
+    container_word: ClassVar[str] = "bucket"
+    #: Constructor options that are secrets: never shown, only pickled.
+    secret_options: ClassVar[tuple[str, ...]] = ()
+
+    supports_range_reads = True
+    supports_process_writers = True
+    persistent = True
+
+    def __init__(self, location: str, *, mode: Mode = "a", options: dict[str, Any]) -> None:
+        super().__init__(mode=mode)
+        self._options = check_common_options(options)
+        self._container, self._prefix = self._split_location(location)
+        self._root = self._prefix + "/" if self._prefix else ""
+        self._engine: Any = None
+        self._driver_errors: tuple[type[BaseException], ...] = (FileNotFoundError,)
+        self._engine = self._make_engine()
+        self._driver_errors = self._engine.driver_errors
+        exists = self._check_reachable()
+        if self._mode in ("r", "r+", "w-"):
+            self._check_existence(exists)
+        self._clear_if_mode_w()
+
+    # ------------------------------------------------------------ to override
+    def _make_engine(self) -> Any:
+        """The engine (``ObstoreEngine`` or ``FsspecEngine``) for this service and options."""
+        raise NotImplementedError
+
+    def _endpoint(self) -> str:
+        """The endpoint the store talks to, as repr and messages show it ("" for the default)."""
+        return self._options.get("endpoint_url") or ""
+
+    # ------------------------------------------------------------- location
+    def _split_location(self, location: str) -> tuple[str, str]:
+        """``(bucket, prefix)`` from ``scheme://bucket/prefix`` or ``bucket/prefix``."""
+        if not isinstance(location, str):
+            raise TypeError(f"location must be a str, not {type(location).__name__}")
+        text = location
+        if "://" in text:
+            scheme, _, text = text.partition("://")
+            if scheme.lower() != self.scheme:
+                raise StoreURLError(
+                    f"{type(self).__name__} takes {self.scheme}://{self.container_word}/prefix, "
+                    f"not {redact_url(location)!r}")
+            if "?" in text:
+                raise StoreURLError(
+                    f"{type(self).__name__}({redact_url(location)!r}): give options as keywords "
+                    "(open_store takes them in the URL)")
+        container, _, prefix = text.partition("/")
+        prefix = "/".join(part for part in prefix.split("/") if part)
+        if not container:
+            raise StoreURLError(
+                f"{redact_url(location)!r} names no {self.container_word}: write "
+                f"{self.scheme}://{self.container_word}/prefix")
+        return container, prefix
+
+    # --------------------------------------------------------------- errors
+    def _store_name(self) -> str:
+        return f"{type(self).__name__} {self._describe()}"
+
+    def _secrets(self) -> list[str]:
+        return [str(self._options[name]) for name in self.secret_options
+                if self._options.get(name)]
+
+    def _typed_error(self, error: BaseException) -> Exception:
+        """The zstores error an engine's exception becomes (no secret shown)."""
+        name, secrets, detail = self._store_name(), self._secrets(), _short(error)
+        kind = self._engine.classify(error) if self._engine is not None else classify(error)
+        if kind == "no_container":
+            return backend_error(StoreNotFoundError, name,
+                                 f"the {self.container_word} {self._container!r} does not exist",
+                                 secrets, error, detail=detail)
+        if kind == "denied":
+            return backend_error(StoreAccessError, name,
+                                 "the service refused the credentials or denied the request "
+                                 "(HTTP 401/403)", secrets, error, detail=detail)
+        if kind == "connection":
+            return backend_error(StoreConnectionError, name, "could not talk to the service",
+                                 secrets, error, detail=detail)
+        if kind == "throttled":
+            return backend_error(StoreIOError, name,
+                                 "the service kept throttling requests (HTTP 429/503) after "
+                                 "the retries", secrets, error, errno.EAGAIN, detail=detail)
+        if kind == "unsupported":
+            return backend_error(UnsupportedOperationError, name,
+                                 "the service does not support this request", secrets, error,
+                                 detail=detail)
+        return backend_error(StoreIOError, name, "the request failed", secrets, error,
+                             detail=detail)
+
+    def _check_reachable(self) -> bool:
+        """One listing within ``connect_timeout``: is the store there, does it hold keys?
+
+        A missing bucket is ``StoreNotFoundError`` whatever the mode: zstores
+        never creates buckets (a mistyped name would silently start a new
+        bucket, with the provider's default region, policy and billing).
+        """
+        timeout = self._options["connect_timeout"]
+
+        def translate(error: BaseException) -> Exception:
+            typed = self._typed_error(error)
+            if isinstance(typed, StoreNotFoundError):
+                return StoreNotFoundError(
+                    f"{self._store_name()}: the {self.container_word} {self._container!r} does "
+                    f"not exist; create it with the provider's tools first (zstores never "
+                    f"creates a {self.container_word})")
+            if isinstance(typed, StoreConnectionError):
+                return backend_error(
+                    StoreConnectionError, self._store_name(),
+                    f"no answer from the service within {timeout:g} s (connect_timeout)",
+                    self._secrets(), error, detail=_short(error))
+            return typed
+
+        return bool(call_translating(lambda: self._engine.exists(self._root), self._driver_errors,
+                                     translate, self._secrets))
+
+    # ---------------------------------------------------------------- paths
+    def _path(self, key: str) -> str:
+        return self._root + key
+
+    def _folder(self, prefix: str) -> str:
+        """A primitive's prefix (``""`` or ``"a/b/"``) as the engine's folder path."""
+        return self._root + prefix
+
+    def _key_of(self, path: str) -> str:
+        return path[len(self._root):]
+
+    # ----------------------------------------------------------- primitives
+    @network_errors_as
+    def _get(self, key: str) -> bytes:
+        value = self._engine.get(self._root + key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    @network_errors_as
+    def _set(self, key: str, value: Buffer) -> None:
+        self._engine.put(self._root + key, value)
+
+    @network_errors_as
+    def _delete(self, key: str) -> None:
+        # Services answer a DELETE of a missing object with success: ask first.
+        if self._engine.head(self._root + key) is None:
+            raise KeyError(key)
+        self._engine.delete([self._root + key])
+
+    @network_errors_as
+    def _list_prefix(self, prefix: str) -> list[str]:
+        return [self._key_of(path) for path, _ in self._engine.list(self._folder(prefix))]
+
+    # ----------------------------------------------------------- fast paths
+    @network_errors_as
+    def _contains(self, key: str) -> bool:
+        return self._engine.head(self._root + key) is not None
+
+    @network_errors_as
+    def _stat(self, key: str) -> int | None:
+        return self._engine.head(self._root + key)
+
+    def _getsize_key(self, key: str) -> int:
+        size = self._stat(key)
+        if size is None:
+            raise KeyError(key)
+        return size
+
+    @network_errors_as
+    def _get_range(self, key: str, start: int, length: int | None) -> bytes:
+        value = self._engine.get_range(self._root + key, start, length)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    @network_errors_as
+    def _get_many(self, keys: list[str]) -> dict[str, bytes]:
+        if not keys:
+            return {}
+        found = self._engine.get_many([self._root + key for key in keys])
+        return {self._key_of(path): value for path, value in found.items()}
+
+    @network_errors_as
+    def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
+        if len(items) == 1:
+            self._engine.put(self._root + items[0][0], items[0][1])
+        elif items:
+            self._engine.put_many([(self._root + key, value) for key, value in items])
+
+    @network_errors_as
+    def _delete_many(self, keys: list[str]) -> None:
+        self._engine.delete([self._root + key for key in keys])
+
+    @network_errors_as
+    def _listdir(self, prefix: str) -> Iterable[str]:
+        folder = self._folder(prefix)
+        objects, prefixes = self._engine.list_folder(folder)
+        return {child_name(path, folder) for path in objects + prefixes
+                if path.startswith(folder) and len(path) > len(folder)}
+
+    @network_errors_as
+    def _rmdir(self, prefix: str) -> None:
+        self._engine.delete([path for path, _ in self._engine.list(self._folder(prefix))])
+
+    @network_errors_as
+    def _getsize_prefix(self, prefix: str) -> int:
+        return sum(size for _, size in self._engine.list(self._folder(prefix)))
+
+    @network_errors_as
+    def _len(self) -> int:
+        return sum(1 for _ in self._engine.list(self._root))
+
+    def _clear(self) -> None:
+        self._rmdir("")
+
+    @network_errors_as
+    def _rename_key(self, src: str, dst: str) -> None:
+        # Object storage has no rename: a server-side copy, then a delete.
+        self._engine.copy(self._root + src, self._root + dst)
+        self._engine.delete([self._root + src])
+
+    @network_errors_as
+    def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
+        sources = [self._key_of(path) for path, _ in self._engine.list(self._folder(src_prefix))]
+        moves = {key: dst_prefix + key[len(src_prefix):] for key in sources}
+        targets = set(moves.values())
+        pairs = [(self._root + key, self._root + moves[key]) for key in sources]
+        if targets.isdisjoint(sources):
+            self._engine.copy_many(pairs)  # all copies at once: no copy overwrites a source
+        else:
+            # Moving into an ancestor ("a/b" -> "a"): a target is also a source
+            # key, shorter than its own source; copying shorter keys first
+            # reads every source before anything overwrites it.
+            for source, target in sorted(pairs, key=lambda pair: len(pair[0])):
+                self._engine.copy(source, target)
+        self._engine.delete([self._root + key for key in sources if key not in targets])
+
+    # ------------------------------------------------------------ lifecycle
+    def _close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+
+    @property
+    def container(self) -> str:
+        """The bucket (S3, GCS), container (Azure) or host (HTTP) the store is in."""
+        return self._container
+
+    @property
+    def prefix(self) -> str:
+        """The folder inside the bucket every key is under (``""`` for the whole bucket)."""
+        return self._prefix
+
+    @property
+    def via(self) -> str:
+        """The library the store's requests go through: ``"obstore"`` or ``"fsspec"``."""
+        return str(self._options["via"])
+
+    def _url(self) -> str:
+        path = quote(f"{self._container}/{self._prefix}".rstrip("/"), safe="/@:")
+        return f"{self.scheme}://{path}"
+
+    def _location(self) -> Any:
+        return (self.scheme, self._endpoint(), self._container, self._prefix)
+
+    def _describe(self) -> str:
+        endpoint = self._endpoint()
+        where = self._url() + (f" at {endpoint}" if endpoint else "")
+        return scrub(redact_url(where), self._secrets())
+
+    def _params(self) -> dict[str, Any]:
+        return {"location": f"{self._container}/{self._prefix}", **self._options}
+
+    def _mode_after_pickle(self) -> str:
+        # A prefix with no keys does not exist, so even "r+" reopens as "a".
+        return "r" if self._mode == "r" else "a"
+
+
+# Shared by the services' signatures (open_store reads the annotations).
+COMMON_DEFAULTS: dict[str, Any] = {
+    "via": "obstore",
+    "connect_timeout": DEFAULT_CONNECT_TIMEOUT,
+    "request_timeout": DEFAULT_REQUEST_TIMEOUT,
+    "retry_timeout": DEFAULT_RETRY_TIMEOUT,
+    "max_concurrency": DEFAULT_MAX_CONCURRENCY,
+}
