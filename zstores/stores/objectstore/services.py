@@ -156,10 +156,11 @@ class S3Store(ObjectStore):
 
     >>> from zstores import open_store
     >>> open_store("s3://my-bucket/run1?regoin=eu-west-1&secret_access_key=abc")
-    ... # doctest: +ELLIPSIS
+    ... # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    zstores.errors.StoreURLError: unknown option 'regoin' for s3:// in 's3://my-bucket/run1?regoin=eu-west-1&secret_access_key=***'; known options: ...
+    zstores.errors.StoreURLError: unknown option 'regoin' for s3:// in
+    's3://my-bucket/run1?regoin=eu-west-1&secret_access_key=***'; known options: ...
     """
 
     scheme = "s3"
@@ -468,10 +469,11 @@ class HTTPStore(ObjectStore):
     Examples
     --------
     >>> from zstores import open_store
-    >>> open_store("https://example.org/data/run1.zarr")  # the default mode is "a"
+    >>> open_store("https://example.org/data/run1.zarr")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    zstores.errors.UnsupportedOperationError: HTTPStore('https://example.org/data/run1.zarr') is read-only: open it with mode 'r', not 'a'
+    zstores.errors.UnsupportedOperationError: HTTPStore('https://example.org/data/run1.zarr')
+    is read-only: open it with mode 'r', not 'a'
     """
 
     extra = "http"
