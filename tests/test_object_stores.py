@@ -19,8 +19,6 @@ import os
 import pickle
 import socket
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -41,7 +39,7 @@ from zstores.stores.objectstore import AzureStore, GCSStore, HTTPStore, S3Store
 from zstores.testing import StoreTests
 
 from conftest import missing_peer
-from servers import chain_text, free_port
+from servers import MotoS3Server, chain_text, create_s3_bucket, free_port
 
 pytest.importorskip("obstore")
 
@@ -231,15 +229,12 @@ def test_silent_endpoint_times_out_within_connect_timeout():
         assert time.monotonic() - start < 10
 
 
-def test_server_gone_after_open_is_a_connection_error(tmp_path):
-    moto = private_moto(tmp_path)
-    try:
-        client = boto3_client(moto.url)
-        client.create_bucket(Bucket="gone")
-        store = S3Store("gone/p", **s3_options(moto.url), retry_timeout=2)
-        store["k"] = b"v"
-    finally:
-        moto.stop()
+def test_server_gone_after_open_is_a_connection_error(private_s3):
+    server = private_s3()
+    create_s3_bucket(server.endpoint, "gone")
+    store = S3Store("gone/p", **s3_options(server.endpoint), retry_timeout=2)
+    store["k"] = b"v"
+    server.kill()
     start = time.monotonic()
     with pytest.raises(StoreConnectionError, match="S3Store"):
         store["k"]
@@ -248,54 +243,24 @@ def test_server_gone_after_open_is_a_connection_error(tmp_path):
     assert time.monotonic() - start < 30
 
 
-class PrivateMoto:
-    """A moto server of one test's own (with IAM authentication when asked)."""
+class AuthenticatingMoto(MotoS3Server):
+    """moto_server checking every request's credentials against its (empty) IAM."""
 
-    def __init__(self, folder: Path, *, authenticate: bool = False) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        environment = dict(os.environ)
-        if authenticate:
-            environment["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"  # every request is checked
-        script = Path(sys.executable).with_name("moto_server")
-        self.log = open(folder / "moto.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [str(script), "-H", "127.0.0.1", "-p", str(self.port)], env=environment,
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 1).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    self.stop()
-                    raise AssertionError("moto_server did not start") from None
-                time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-        self.log.close()
-
-
-def private_moto(folder: Path, **options) -> PrivateMoto:
-    endpoint("ZSTORES_TEST_S3_ENDPOINT")  # the same requirement as the shared server
-    if not Path(sys.executable).with_name("moto_server").exists():
-        missing_peer("moto_server is not installed (pip install 'moto[server]')")
-    return PrivateMoto(folder, **options)
+    def command(self) -> list[str]:
+        return ["env", "INITIAL_NO_AUTH_ACTION_COUNT=0", *super().command()]
 
 
 def test_wrong_credentials_are_a_permission_error(tmp_path):
-    moto = private_moto(tmp_path, authenticate=True)
+    endpoint("ZSTORES_TEST_S3_ENDPOINT")  # required where the shared emulator is
+    server = AuthenticatingMoto(tmp_path / "moto")
+    server.start()
     try:
         with pytest.raises(StoreAccessError, match="refused the credentials") as info:
-            S3Store("any/p", **s3_options(moto.url))
+            S3Store("any/p", **s3_options(server.endpoint))
         assert isinstance(info.value, PermissionError)
         assert S3_SECRET not in chain_text(info.value)
     finally:
-        moto.stop()
+        server.kill()
 
 
 def test_read_only_and_get_range_on_big_values(s3_store):
