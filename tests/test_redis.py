@@ -25,6 +25,7 @@ from zstores.errors import (
     StoreFullError,
     StoreIOError,
     StoreNotFoundError,
+    TransactionConflictError,
     ValueTooLargeError,
 )
 from zstores.stores.redis import RedisStore, client_url_options, glob_escape
@@ -624,3 +625,216 @@ def test_cli_and_zfuse_say_one_line_without_the_password(private_redis, mountpoi
     assert len(lines) == 1 and "cannot open store" in lines[0], mounted.stderr
     assert SECRET not in mounted.stdout + mounted.stderr
     assert str(mountpoint) not in zfuse_mounts()
+
+
+# ------------------------------------------------------------ transactions
+def test_transaction_is_never_seen_half_done(store, redis_url):
+    """A reader on another connection (one MGET per read, itself atomic) never sees a
+    transaction half applied: each commit clears the folder and writes 16 keys of
+    64 KiB, all with the round's value, so a torn view shows missing or mixed keys."""
+    keys = [f"r/{i}" for i in range(16)]
+    store.setitems({key: bytes([0]) * (64 << 10) for key in keys})
+    reader = RedisStore(redis_url, prefix=store.prefix)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            for round_ in range(1, 41):
+                with store.transaction():
+                    store.rmdir("r")
+                    store.setitems({key: bytes([round_]) * (64 << 10) for key in keys})
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            stop.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    views, torn = 0, []
+    while not stop.is_set() or views == 0:
+        seen = reader.getitems(keys)
+        views += 1
+        rounds = {value[0] for value in seen.values()}
+        if len(seen) != len(keys) or len(rounds) != 1:
+            torn.append((len(seen), sorted(rounds)))
+    writer.join(60)
+    reader.close()
+    assert not errors, errors
+    assert not torn, f"{len(torn)} of {views} reads saw a commit half done: {torn[:5]}"
+    assert store.getitems(keys) == {key: bytes([40]) * (64 << 10) for key in keys}
+
+
+def test_transaction_clears_keys_added_under_the_prefix_before_the_commit(store, redis_url):
+    """rmdir in a transaction deletes what is under the prefix when the commit runs
+    (the listing is inside the atomic step), not what was there at rmdir."""
+    store.setitems({"a/0": b"old", "b/0": b"kept"})
+    other = RedisStore(redis_url, prefix=store.prefix)
+    with store.transaction():
+        store.rmdir("a")
+        store["a/1"] = b"from the transaction"
+        other["a/added-before-commit"] = b"another client"
+        other["a/*"] = b"glob characters are not a wildcard"
+        other["ab"] = b"beside the prefix"
+    assert sorted(other.items()) == [("a/1", b"from the transaction"),
+                                     ("ab", b"beside the prefix"), ("b/0", b"kept")]
+    with store.transaction():
+        store.clear()
+        store["only"] = b"1"
+    assert sorted(other.items()) == [("only", b"1")]
+    other.close()
+
+
+def test_transaction_too_large_for_maxmemory_applies_nothing(private_redis, monkeypatch):
+    """A commit that does not fit under maxmemory is refused whole by the server
+    (EXECABORT: each queued MSET is checked as it arrives), StoreFullError with
+    nothing applied, even when it is several MSETs; the same store commits a
+    transaction that fits afterwards."""
+    import zstores.stores.redis as redis_module
+
+    monkeypatch.setattr(redis_module, "_MSET_BYTES", 1 << 20)  # 1 MSET per MiB
+    server = private_redis("--maxmemory", "8mb", "--maxmemory-policy", "noeviction")
+    store = RedisStore(server.url(), prefix="p")
+    store.setitems({"old/0": b"old", "old/1": b"old"})
+    with pytest.raises(StoreFullError) as info:
+        with store.transaction():
+            assert store["old/0"] == b"old"  # a read: the commit WATCHes it
+            store.rmdir("old")
+            store.setitems({f"big/{i}": bytes([i]) * (1 << 20) for i in range(16)})
+    assert info.value.errno == 28 and "out of memory" in str(info.value)
+    assert "nothing of the transaction" in "\n".join(info.value.__notes__)
+    assert sorted(store.items()) == [("old/0", b"old"), ("old/1", b"old")]
+    assert redis.Redis.from_url(server.url()).dbsize() == 2
+    with store.transaction():
+        store.setitems({f"small/{i}": b"x" * 1000 for i in range(16)})
+    assert len(store) == 18
+    store.close()
+
+
+@pytest.mark.parametrize("reads", [False, True], ids=["blind", "with-reads"])
+def test_server_killed_during_a_commit(private_redis, reads):
+    """SIGKILL the server while a 96 MiB commit (a cleared folder, then 12 values of
+    8 MiB) is on the wire: the commit fails typed (also when it WATCHes keys it read,
+    which redis-py reports as a WatchError) and at once; after a restart (append-only
+    file, fsynced always) the transaction is there whole or not at all."""
+    server = private_redis("--appendonly", "yes", "--appendfsync", "always")
+    store = RedisStore(server.url(), prefix="p")
+    old = {"old/0": b"kept", "old/1": b"kept too"}
+    store.setitems(old)
+    new = {f"new/{i}": bytes([i]) * (8 << 20) for i in range(12)}
+    admin = redis.Redis.from_url(server.url())
+    outcome: list[BaseException | None] = []
+    tx = store.transaction(bind_thread=False)
+    if reads:
+        assert tx["old/0"] == b"kept"
+    tx.rmdir("old")
+    tx.setitems(new)
+
+    def commit() -> None:
+        try:
+            tx.commit()
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - checked below
+            outcome.append(error)
+
+    thread = threading.Thread(target=commit)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and thread.is_alive():
+        if any(int(c.get("qbuf", 0)) > (1 << 20) or c.get("cmd") in ("multi", "mset", "exec")
+               for c in admin.client_list()):
+            break
+    in_flight = thread.is_alive()
+    server.kill()
+    killed = time.monotonic()
+    thread.join(timeout=30)
+    admin.close()
+    assert in_flight, "the commit ended before the server could be killed"
+    assert not thread.is_alive(), "the commit hung after the server died"
+    assert time.monotonic() - killed < 10
+    assert outcome and (outcome[0] is None or isinstance(outcome[0], StoreConnectionError)), \
+        outcome
+    if outcome[0] is not None:
+        assert not isinstance(outcome[0], redis.RedisError)
+        assert "could not talk to the server" in str(outcome[0])
+    server.start()  # same port; replays the append-only file
+    after = dict(store.items())
+    assert after in (old, new), f"a commit half applied: {sorted(after)}"
+    # (A failed commit may still have landed whole: the server can die after EXEC
+    # ran and before its reply left.)
+    with store.transaction():
+        store["after"] = b"the store commits again"
+    assert store["after"] == b"the store commits again"
+    store.close()
+
+
+def test_transaction_conflict_across_stores(store, redis_url):
+    """Two handles read the same key and write it: the second commit fails, naming
+    the key, and applies nothing; a rewrite with the same value is no conflict."""
+    store["n"] = b"1"
+    other = RedisStore(redis_url, prefix=store.prefix)
+    first, second = store.transaction(bind_thread=False), other.transaction(bind_thread=False)
+    for name, tx in (("first", first), ("second", second)):
+        tx["n"] = str(int(tx["n"]) + 1).encode()
+        tx["written-by"] = name.encode()
+    first.commit()
+    with pytest.raises(TransactionConflictError, match="'n'"):
+        second.commit()
+    assert store["n"] == b"2" and store["written-by"] == b"first"
+    third = store.transaction(bind_thread=False)
+    assert third["n"] == b"2"
+    other["n"] = b"2"  # written again, same value: what the transaction read still holds
+    third["m"] = b"3"
+    third.commit()
+    assert store["m"] == b"3"
+    # A transaction that only reads commits only if what it read is still current.
+    reading = store.transaction(bind_thread=False)
+    assert (reading["n"], reading["m"]) == (b"2", b"3")
+    other["m"] = b"4"
+    with pytest.raises(TransactionConflictError, match="'m'"):
+        reading.commit()
+    other.close()
+
+
+@pytest.mark.parametrize("reads", [False, True], ids=["blind", "with-reads"])
+def test_connection_lost_during_a_commit_is_not_retried(private_redis, reads):
+    """The server drops the committing connection (CLIENT KILL) while a 96 MiB commit
+    is on the wire: the commit raises StoreConnectionError and is never sent again
+    (one MULTI on the server), since after a lost reply nobody knows whether EXEC ran."""
+    server = private_redis()
+    store = RedisStore(server.url(), prefix="p")
+    store["old/0"] = b"kept"
+    admin = redis.Redis.from_url(server.url())
+    admin.client_setname("admin")
+    admin.config_resetstat()
+    tx = store.transaction(bind_thread=False)
+    if reads:
+        assert tx["old/0"] == b"kept"
+    tx.setitems({f"new/{i}": bytes([i]) * (8 << 20) for i in range(12)})
+    outcome: list[BaseException | None] = []
+
+    def commit() -> None:
+        try:
+            tx.commit()
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - checked below
+            outcome.append(error)
+
+    thread = threading.Thread(target=commit)
+    thread.start()
+    killed = 0
+    deadline = time.monotonic() + 30
+    while not killed and time.monotonic() < deadline and thread.is_alive():
+        for client in admin.client_list():
+            if client.get("name") != "admin" and (
+                    int(client.get("qbuf", 0)) > (1 << 20) or client.get("cmd") == "mset"):
+                killed = admin.client_kill_filter(_id=client["id"])
+    thread.join(timeout=30)
+    assert killed, "the commit ended before its connection could be dropped"
+    assert outcome and isinstance(outcome[0], StoreConnectionError), outcome
+    stats = admin.info("commandstats")
+    assert stats.get("cmdstat_multi", {}).get("calls", 0) <= 1, stats
+    assert stats.get("cmdstat_watch", {}).get("calls", 0) == (1 if reads else 0), stats
+    assert sorted(store) == ["old/0"]  # dropped before EXEC: nothing applied
+    admin.close()
+    store.close()

@@ -7,10 +7,16 @@ import functools
 import inspect
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import Buffer, Mode, Store
-from ..errors import StoreConnectionError, StoreFullError, StoreIOError, StoreURLError
+from ..errors import (
+    StoreConnectionError,
+    StoreFullError,
+    StoreIOError,
+    StoreURLError,
+    TransactionConflictError,
+)
 from ..secrets import redact_url, scrub, secrets_of
 from ._network import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -20,6 +26,9 @@ from ._network import (
     check_url_options,
     network_errors_as,
 )
+
+if TYPE_CHECKING:
+    from ..transactions import ChangeSet
 
 __all__ = ["RedisStore", "client_url_options", "glob_escape", "typed_redis_error"]
 
@@ -60,6 +69,36 @@ return size
 # buffer (at most 1 GiB) before running it, so larger batches become several
 # MSETs in one MULTI/EXEC transaction.
 _MSET_BYTES = 64 << 20
+
+# Deletes, inside a commit's MULTI/EXEC, every key matching the SCAN patterns
+# ARGV[1..n] (cleared prefixes, escaped).  The listing runs in the same atomic
+# step as the deletes, so a key another client adds under a cleared prefix
+# before the commit is deleted too, and one added after it stays: the order
+# of a serial execution.  UNLINK takes at most 1,000 names per call (Lua's
+# unpack has a stack limit; SCAN's COUNT is only a hint).
+_CLEAR_SCRIPT = """
+for i = 1, #ARGV do
+  local cursor = '0'
+  repeat
+    local page = redis.call('SCAN', cursor, 'MATCH', ARGV[i], 'COUNT', 1000)
+    cursor = page[1]
+    local names = page[2]
+    for first = 1, #names, 1000 do
+      redis.call('UNLINK', unpack(names, first, math.min(first + 999, #names)))
+    end
+  until cursor == '0'
+end
+return 0
+"""
+
+# Names per UNLINK of a commit's deleted keys.
+_UNLINK_BATCH = 10_000
+
+# How often a commit whose watched keys were written meanwhile checks its
+# reads again before giving up: each retry means another client wrote one of
+# the keys read (perhaps with the same value) between the check and EXEC.
+_COMMIT_ATTEMPTS = 20
+
 
 def _import_redis() -> Any:
     try:
@@ -273,6 +312,10 @@ class RedisStore(Store):
 
     supports_range_reads = True
     supports_process_writers = True
+    supports_transactions = True
+    # Redis keeps one version of each key: a consistent view of many keys while
+    # writers go on would mean copying them all (see docs/transactions.md).
+    supports_snapshots = False
     max_value_size = MAX_STRING
 
     def __init__(
@@ -298,6 +341,7 @@ class RedisStore(Store):
         self._response_errors = redis.exceptions.ResponseError
         self._url: str | None = None
         self._client: Any = None
+        self._committer: Any = None  # the client commits use (_commit_client)
         if isinstance(url, str):
             self._url = url
             self._owns_client = True
@@ -544,9 +588,84 @@ class RedisStore(Store):
             if isinstance(result, Exception) and "no such key" not in str(result).lower():
                 raise result
 
+    # ------------------------------------------------------------ transactions
+    @network_errors_as
+    def _commit_changes(self, changes: ChangeSet) -> None:
+        """Check the reads and apply the changes in one ``MULTI``/``EXEC``.
+
+        The keys read are ``WATCH``ed, read back with one ``MGET`` and
+        checked; then one ``MULTI``/``EXEC`` clears the prefixes (a Lua
+        script listing and deleting them inside the atomic step), deletes
+        and sets the keys.  If a watched key is written between the check
+        and ``EXEC``, Redis runs nothing and the check is done again.  Redis
+        refuses the whole ``EXEC`` when a queued write does not fit under
+        ``maxmemory`` (``EXECABORT``), and runs it without interruption
+        otherwise, so nothing is ever half applied.
+        """
+        watch_error = _import_redis().exceptions.WatchError
+        read = list(changes.reads)
+        names = [self._base + key for key in read]
+        for _ in range(_COMMIT_ATTEMPTS):
+            with self._commit_client().pipeline(transaction=True) as pipe:
+                try:
+                    if names:
+                        pipe.watch(*names)
+                        current = dict(zip(read, pipe.mget(names), strict=True))
+                        changes.check(current.get, self)
+                        pipe.multi()
+                    self._queue_changes(pipe, changes)
+                    pipe.execute()
+                    return
+                except watch_error as error:
+                    lost = error.__context__
+                    if lost is not None and isinstance(lost, self._driver_errors):
+                        # redis-py turns a connection lost while watching into
+                        # a WatchError: it is a failure, not a conflict.
+                        raise lost from None
+        raise TransactionConflictError(
+            f"{self!r}: the keys the transaction read kept being written by other clients "
+            f"during {_COMMIT_ATTEMPTS} attempts to commit; nothing was committed: run the "
+            "transaction again",
+            tuple(read),
+        )
+
+    def _queue_changes(self, pipe: Any, changes: ChangeSet) -> None:
+        """Queue the changes on a ``MULTI`` pipeline: prefixes cleared, then key writes."""
+        if changes.cleared:
+            patterns = [self._pattern(prefix) for prefix in changes.cleared]
+            pipe.eval(_CLEAR_SCRIPT, 0, *patterns)
+        deleted = [self._base + key for key, value in changes.writes.items() if value is None]
+        for first in range(0, len(deleted), _UNLINK_BATCH):
+            pipe.unlink(*deleted[first:first + _UNLINK_BATCH])
+        written = [(key, value) for key, value in changes.writes.items() if value is not None]
+        if written:
+            for group in _groups_by_size(written, _MSET_BYTES):
+                pipe.mset({self._base + key: value for key, value in group})
+
+    def _commit_client(self) -> Any:
+        """A client on the store's server whose connections never retry a command.
+
+        redis-py retries a ``MULTI``/``EXEC`` whose connection failed (a
+        client from ``redis.Redis(...)`` does by default): after a failure
+        whose outcome is unknown, a retry could apply the transaction a
+        second time, over what other clients committed since.  A commit is
+        sent once; a lost connection is ``StoreConnectionError``.
+        """
+        if self._committer is None:
+            redis = _import_redis()
+            pool = self._client.connection_pool
+            options = dict(pool.connection_kwargs)
+            options.update(retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+                           retry_on_error=[], retry_on_timeout=False)
+            self._committer = redis.Redis(connection_pool=pool.__class__(
+                connection_class=pool.connection_class, **options))
+        return self._committer
+
     # ------------------------------------------------------------- lifecycle
     @network_errors_as
     def _close(self) -> None:
+        if self._committer is not None:
+            self._committer.connection_pool.disconnect()
         if self._owns_client:
             self._client.close()
 
