@@ -13,7 +13,9 @@ from pathlib import Path
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 STORES_COLUMN = "get / set 64 KiB (keys/s)"
-ZARR_ROW = "write / read 4,096 chunks (MiB/s)"
+ZARR_ROW = "write / warm read, 64 KiB chunks (MiB/s)"
+#: bench_zarr's speed table rows (the one with a unit column) that ZARR_ROW quotes
+ZARR_WRITE, ZARR_READ = "64 KiB chunks: write", "64 KiB chunks: read warm"
 NOT_RECORDED = "not yet recorded"
 # backends.md's names that are not bench_stores' name in lower case
 BENCH_NAMES = {"Nested directory": "nested"}
@@ -38,7 +40,8 @@ def rows_of(text: str, first_header: str) -> list[dict[str, str]]:
 def quote(backends: str, benchmarks: str) -> str:
     stores = {(r["backend"], r["values"], r["op"]): r["zstores"]
               for r in rows_of(benchmarks, "backend") if "values" in r}
-    zarr = {r["figure"]: r for r in rows_of(benchmarks, "figure")}
+    # bench_zarr's speed table: its ratio and URL tables start with "figure" too
+    zarr = {r["figure"]: r for r in rows_of(benchmarks, "figure") if "unit" in r}
     lines = backends.splitlines()
     header: list[str] = []
     for i, line in enumerate(lines):
@@ -55,7 +58,7 @@ def quote(backends: str, benchmarks: str) -> str:
             backend = BENCH_NAMES.get(cells[0], cells[0].lower())
             cells[header.index(STORES_COLUMN)] = speeds(stores, backend)
         elif cells[0] == ZARR_ROW:
-            write, read = zarr["write 4096 chunks"], zarr["read 4096 chunks"]
+            write, read = zarr[ZARR_WRITE], zarr[ZARR_READ]
             for j, column in enumerate(header[1:], start=1):
                 cells[j] = f"{write[column]} / {read[column]}"
         else:
