@@ -259,3 +259,146 @@ def test_dask_threads_write_inside_the_transaction(backend):
         assert len(tx.changes().writes) == 16
         assert (zarr.open_array(zstores.zarr_store(backend), mode="r")[:] == 1).all()
     assert (array[:] == 5).all()
+
+
+# ------------------------------------------- synchronized(atomic=True) over transactions
+class CountingMemoryStore(MemoryStore):
+    """A MemoryStore that counts its commits and its direct writes."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.commits = 0
+        self.direct_writes = 0
+        self.before_commit = None  # called (once) before a commit: another writer's turn
+        self._committing = False
+
+    def _commit_changes(self, changes) -> None:
+        hook, self.before_commit = self.before_commit, None
+        if hook is not None:
+            hook()
+        self.commits += 1
+        self._committing = True
+        try:
+            super()._commit_changes(changes)
+        finally:
+            self._committing = False
+
+    def _set(self, key, value) -> None:
+        self.direct_writes += not self._committing
+        super()._set(key, value)
+
+
+def test_synchronized_atomic_uses_the_transaction_and_one_commit():
+    backend = CountingMemoryStore()
+    array = new_array(zstores.zarr_store(backend))
+    proxy = zstores.synchronized(array, zstores.ThreadSynchronizer(), atomic=True)
+    assert proxy.transactional
+    backend.commits = backend.direct_writes = 0
+    proxy[10:70, 10:70] = 2  # 16 chunks
+    assert (backend.commits, backend.direct_writes) == (1, 0)
+    assert (array[10:70, 10:70] == 2).all() and (array[0:10, :] == 1).all()
+    # Without atomic=True, or over a store without transactions: the locks, as before.
+    assert not zstores.synchronized(array, zstores.ThreadSynchronizer()).transactional
+    local = zarr.create_array(zarr.storage.MemoryStore(), shape=(4,), dtype="i4")
+    assert not zstores.synchronized(local, zstores.ThreadSynchronizer(), atomic=True).transactional
+
+
+def test_synchronized_atomic_retries_a_conflict_then_succeeds():
+    backend = CountingMemoryStore()
+    array = new_array(zstores.zarr_store(backend))
+    other = zarr.open_array(zstores.zarr_store(backend), mode="r+")
+    proxy = zstores.synchronized(array, zstores.ThreadSynchronizer(), atomic=True)
+
+    def other_writer() -> None:
+        other[0, 0] = 50  # chunk c/0/0, which the proxy's write read
+
+    backend.before_commit = other_writer
+    backend.commits = 0
+    proxy[5:15, 5:15] = 9
+    assert backend.commits == 2  # the conflicted commit applied nothing; the retry did
+    assert array[0, 0] == 50 and (array[5:15, 5:15] == 9).all()
+
+
+def test_synchronized_atomic_gives_up_with_a_clear_error():
+    backend = CountingMemoryStore()
+    array = new_array(zstores.zarr_store(backend))
+    other = zarr.open_array(zstores.zarr_store(backend), mode="r+")
+    proxy = zstores.synchronized(array, zstores.ThreadSynchronizer(), atomic=True, retries=1)
+    backend.before_commit = lambda: other.__setitem__((0, 0), 50)
+    with pytest.raises(zstores.TransactionConflictError) as caught:
+        proxy[5:15, 5:15] = 9
+    assert "tried 1 times" in "\n".join(caught.value.__notes__)
+    assert array[0, 0] == 50 and (array[5:15, 5:15] == 1).all()
+    with pytest.raises(ValueError, match="retries"):
+        zstores.synchronized(array, zstores.ThreadSynchronizer(), atomic=True, retries=0)
+    copy = pickle.loads(pickle.dumps(proxy))
+    assert copy.transactional and copy._retries == 1
+
+
+def test_synchronized_atomic_threads_sharing_chunks_lose_nothing(backend):
+    """8 threads write stripes that share chunks: zarr's read-modify-writes conflict and retry."""
+    array = new_array(zstores.zarr_store(backend), shape=(64, 64), chunks=(32, 32))
+    proxy = zstores.synchronized(array, zstores.ThreadSynchronizer(), atomic=True, retries=1000)
+    assert proxy.transactional
+
+    def write_stripe(column: int) -> None:
+        for row in range(0, 64, 8):
+            proxy[row:row + 8, column * 8:column * 8 + 8] = column + 10
+
+    threads = [threading.Thread(target=write_stripe, args=(c,)) for c in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    result = array[:]
+    for column in range(8):
+        assert (result[:, column * 8:column * 8 + 8] == column + 10).all(), column
+
+
+def test_synchronized_locked_block_is_one_transaction(backend):
+    array = new_array(zstores.zarr_store(backend))
+    proxy = zstores.synchronized(array, zstores.ThreadSynchronizer(), atomic=True)
+    reader = zarr.open_array(zstores.zarr_store(backend), mode="r")
+
+    def increment() -> None:
+        for _ in range(5):
+            with proxy.locked(np.s_[0:40, 0:40]):
+                proxy[0:40, 0:40] = proxy[0:40, 0:40] + 1
+                assert (reader[0:40, 0:40] < proxy[0:40, 0:40]).all()  # not committed yet
+
+    threads = [threading.Thread(target=increment) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (array[0:40, 0:40] == 21).all() and (array[40:, :] == 1).all()
+    with pytest.raises(zstores.LockOrderError):
+        with proxy.locked(np.s_[0:20, 0:20]):
+            proxy[0:40, 0:40] = 0
+    assert (array[0:40, 0:40] == 21).all()  # the refused block rolled back
+
+
+ZARR2_SYNC_PROGRAM = textwrap.dedent("""
+    import threading, zarr, zstores
+    backend = zstores.MemoryStore()
+    array = zarr.zeros((64, 64), chunks=(32, 32), dtype="i4", store=zstores.zarr_store(backend))
+    proxy = zstores.synchronized(array, zstores.ThreadSynchronizer(), atomic=True, retries=1000)
+    assert proxy.transactional
+    def stripe(column):
+        for row in range(0, 64, 8):
+            proxy[row:row + 8, column * 8:column * 8 + 8] = column + 10
+    threads = [threading.Thread(target=stripe, args=(c,)) for c in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    result = zarr.open_array(backend)[:]
+    for column in range(8):
+        assert (result[:, column * 8:column * 8 + 8] == column + 10).all(), column
+    print("ok")
+""")
+
+
+def test_zarr2_synchronized_atomic_over_transactions(zarr2):
+    done = subprocess.run([zarr2.python, "-c", ZARR2_SYNC_PROGRAM], capture_output=True,
+                          text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT)}, timeout=120,
+                          check=False)
+    assert done.stdout.strip() == "ok", done.stderr

@@ -7,6 +7,14 @@ writes each piece while holding that chunk's lock, the locks zarr-python 2's
 ``synchronizer=`` takes (same keys), so both libraries' writers exclude each
 other.
 
+With ``atomic=True`` over a zstores store that has transactions (through
+``zstores.zarr_store``), a write goes to a transaction instead: zarr writes
+into it without any lock, and only its commit (one backend transaction)
+holds the chunks' locks, so the region appears to readers all at once and a
+crash leaves none of it.  A commit that finds a chunk it read changed by
+another writer is retried from the start (``retries`` times), then raises
+``TransactionConflictError``.
+
 zarr is never imported here at module level: the proxy reads what it needs
 from the array object it is given (zarr-python 2 and 3 are told apart by
 their attributes), and imports zarr only to reopen a zarr-python 3 array.
@@ -15,19 +23,37 @@ their attributes), and imports zarr only to reopen a zarr-python 3 array.
 from __future__ import annotations
 
 import operator
+import random
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import LockOrderError
+from ..errors import LockOrderError, TransactionConflictError
 from ..metadata import ARRAY_V2, NODE_V3
 from .chunks import ChunkLayout, broadcast_value, normalize_selection, selection_shape, split
 from .locks import Synchronizer, lock_name
 
+if TYPE_CHECKING:
+    from ..base import Store
+    from ..transactions import Transaction
+
 __all__ = ["LockOrderError", "SynchronizedArray", "synchronized"]
+
+#: Tries of a transactional write before its TransactionConflictError is raised.
+DEFAULT_RETRIES = 10
+
+
+def _transactional(adapter: Any) -> Store | None:
+    """The zstores store behind a zarr adapter, if it runs transactions; else None."""
+    from ..adapters import Adapter
+
+    if isinstance(adapter, Adapter) and adapter.store.supports_transactions:
+        return adapter.store
+    return None
 
 
 # ------------------------------------------------------------ zarr versions
@@ -59,6 +85,20 @@ class _Zarr2:
 
     def resize(self, shape: tuple[int, ...]) -> None:
         self.array.resize(shape)
+
+    def transactional_store(self) -> Store | None:
+        """The store whose transactions writes can use (chunks and metadata in one store)."""
+        if self.array.chunk_store is not None and self.array.chunk_store is not self.array.store:
+            return None
+        return _transactional(self.array.store)
+
+    def on(self, tx: Transaction) -> Any:
+        """The array, reading and writing through ``tx``."""
+        from ..adapters.zarr2 import Zarr2Store
+
+        state = {**self._state, "store": Zarr2Store(tx), "chunk_store": None,
+                 "read_only": False}
+        return self._cls(**state)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_zarr2_from_state, (self._cls, self._state))
@@ -96,6 +136,22 @@ class _Zarr3:
     def resize(self, shape: tuple[int, ...]) -> None:
         self.array.resize(shape)
 
+    def transactional_store(self) -> Store | None:
+        """The store whose transactions writes can use."""
+        return _transactional(self.array.store_path.store)
+
+    def on(self, tx: Transaction) -> Any:
+        """The array (same metadata and config), reading and writing through ``tx``."""
+        import zarr
+        from zarr.storage import StorePath
+
+        from ..adapters.zarr3 import ZarrStore
+
+        array = self.array
+        path = StorePath(ZarrStore(tx), array.store_path.path)
+        return zarr.Array(zarr.AsyncArray(metadata=array.metadata, store_path=path,
+                                          config=array.async_array.config))
+
     def _reopen_args(self) -> tuple[Any, ...]:
         store_path = self.array.store_path
         zarr_format = self.array.metadata.zarr_format
@@ -129,11 +185,16 @@ def _wrap(array: Any) -> _Zarr2 | _Zarr3:
 
 # ------------------------------------------------------------------ proxy
 class _Held(threading.local):
-    """The locks this thread holds through one proxy: name -> lock, and which are chunks'."""
+    """The locks this thread holds through one proxy: name -> lock, and which are chunks'.
+
+    ``array`` is the array seen through the transaction of a ``locked()``
+    block of a transactional proxy (None otherwise).
+    """
 
     def __init__(self) -> None:
         self.locks: dict[str, Any] = {}
         self.chunks = 0  # how many of them are chunk locks
+        self.array: Any = None
 
 
 # Array methods that write without going through __setitem__: the proxy
@@ -160,6 +221,9 @@ class SynchronizedArray:
       read-modify-write such as ``proxy[sel] = proxy[sel] + 1``.  Inside it,
       writes must stay within ``sel``: taking more locks while holding some
       could deadlock with another writer, so it raises ``LockOrderError``.
+    - ``atomic=True`` over a store with transactions (``proxy.transactional``):
+      each write is one transaction whose commit alone holds the locks; a
+      ``locked()`` block is one transaction too, committed when it ends.
     - ``resize`` and ``append`` hold the lock of the metadata document and
       reload the metadata inside it, so parallel appends never lose a block.
       Other processes' appends are seen after ``refresh()``.
@@ -183,7 +247,8 @@ class SynchronizedArray:
     (12,)
     """
 
-    def __init__(self, array: Any, synchronizer: Synchronizer, *, atomic: bool = False) -> None:
+    def __init__(self, array: Any, synchronizer: Synchronizer, *, atomic: bool = False,
+                 retries: int = DEFAULT_RETRIES) -> None:
         if not callable(getattr(synchronizer, "__getitem__", None)):
             raise TypeError(
                 "synchronizer must return a lock for sync[key] (ThreadSynchronizer, "
@@ -194,8 +259,13 @@ class SynchronizedArray:
         self._zarr = array if isinstance(array, (_Zarr2, _Zarr3)) else _wrap(array)
         self._synchronizer = synchronizer
         self._atomic = bool(atomic)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
+            raise ValueError(f"retries must be an int >= 1 (tries of a write), not {retries!r}")
+        self._retries = retries
         self._layout = self._zarr.layout()
         self._held = _Held()
+        # Where writes commit atomically: the array's store, if it runs transactions.
+        self._tx_store = self._zarr.transactional_store() if self._atomic else None
 
     # ----------------------------------------------------------- properties
     @property
@@ -214,6 +284,11 @@ class SynchronizedArray:
         return self._atomic
 
     @property
+    def transactional(self) -> bool:
+        """Whether writes go through the store's transactions (``atomic`` and a store that can)."""
+        return self._tx_store is not None
+
+    @property
     def layout(self) -> ChunkLayout:
         """The stored-chunk grid and keys the locks are named after."""
         return self._layout
@@ -227,6 +302,10 @@ class SynchronizedArray:
             return
         value = broadcast_value(value, selection_shape(axes))
         array = self._zarr.array
+        if self._tx_store is not None:
+            self._write_in_transaction(selection, value,
+                                       [layout.chunk_key(part.coords) for part in parts])
+            return
         if self._atomic:
             with self._holding([layout.chunk_key(part.coords) for part in parts]):
                 array[selection] = value
@@ -235,6 +314,32 @@ class SynchronizedArray:
         for part in parts:
             with self._holding([layout.chunk_key(part.coords)]):
                 array[part.selection] = value if scalar else value[part.value_selection]
+
+    def _write_in_transaction(self, selection: Any, value: Any, keys: list[str]) -> None:
+        """Write in a transaction committed under the chunks' locks; retry on a conflict."""
+        held = self._held
+        if held.array is not None:  # inside locked(): the block's transaction
+            with self._holding(keys):  # refuses chunks outside the block's selection
+                held.array[selection] = value
+            return
+        for attempt in range(1, self._retries + 1):
+            tx = self._tx_store.transaction(bind_thread=False)  # type: ignore[union-attr]
+            try:
+                # zarr reads (partial chunks) and writes without locks; the
+                # commit checks the reads and applies the writes at once.
+                self._zarr.on(tx)[selection] = value
+                with self._holding(keys):
+                    tx.commit()
+                return
+            except TransactionConflictError as conflict:
+                if attempt == self._retries:
+                    conflict.add_note(f"{self!r}: the write was tried {attempt} times")
+                    raise
+            finally:
+                if tx.state == "open":
+                    tx.rollback()
+            # Another writer committed chunks this one read: back off, then retry.
+            time.sleep(random.uniform(0, 0.0005 * 2 ** min(attempt, 10)))
 
     def set_basic_selection(self, selection: Any, value: Any) -> None:
         """``proxy[selection] = value``."""
@@ -256,7 +361,17 @@ class SynchronizedArray:
         (1, 0)
         """
         with self._holding(self._layout.keys(selection)):
-            yield self
+            if self._tx_store is None or self._held.array is not None:
+                yield self
+                return
+            with self._tx_store.transaction(bind_thread=False) as tx:
+                # Reads and writes of the block go through one transaction,
+                # committed (still under the locks) when the block ends.
+                self._held.array = self._zarr.on(tx)
+                try:
+                    yield self
+                finally:
+                    self._held.array = None
 
     def resize(self, *shape: Any) -> None:
         """Change the shape, under the metadata lock, from the latest metadata.
@@ -355,7 +470,8 @@ class SynchronizedArray:
 
     # ------------------------------------------------------- pass-through
     def __getitem__(self, selection: Any) -> Any:
-        return self._zarr.array[selection]
+        inside = self._held.array  # a transactional locked() block reads its transaction
+        return (self._zarr.array if inside is None else inside)[selection]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_zarr", "_held", "_layout"):
@@ -376,15 +492,16 @@ class SynchronizedArray:
         return self._zarr.array.__array__(*args, **kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (self._zarr, self._synchronizer, self._atomic))
+        return (_restore, (self._zarr, self._synchronizer, self._atomic, self._retries))
 
     def __repr__(self) -> str:
         mode = ", atomic=True" if self._atomic else ""
         return f"synchronized({self._zarr.array!r}, {self._synchronizer!r}{mode})"
 
 
-def _restore(zarr: _Zarr2 | _Zarr3, synchronizer: Synchronizer, atomic: bool) -> SynchronizedArray:
-    return SynchronizedArray(zarr, synchronizer, atomic=atomic)
+def _restore(zarr: _Zarr2 | _Zarr3, synchronizer: Synchronizer, atomic: bool,
+             retries: int = DEFAULT_RETRIES) -> SynchronizedArray:
+    return SynchronizedArray(zarr, synchronizer, atomic=atomic, retries=retries)
 
 
 class _ReadOnlyIndexer:
@@ -423,7 +540,7 @@ def _check_append(shape: tuple[int, ...], data_shape: tuple[int, ...], axis: int
 
 
 def synchronized(array: Any, synchronizer: Synchronizer, *,
-                 atomic: bool = False) -> SynchronizedArray:
+                 atomic: bool = False, retries: int = DEFAULT_RETRIES) -> SynchronizedArray:
     """Wrap a zarr-python 2 or 3 array so that its writes hold chunk locks.
 
     Parameters
@@ -437,7 +554,14 @@ def synchronized(array: Any, synchronizer: Synchronizer, *,
     atomic : bool
         Hold the locks of every chunk a write touches before writing any, so
         that a region spanning chunks is written as a whole with respect to
-        other synchronized writers and to readers inside ``locked()``.
+        other synchronized writers and to readers inside ``locked()``.  Over a
+        zstores store with transactions (``zstores.zarr_store(...)`` on LMDB,
+        SQLite, Memory ...), each write is one transaction instead: readers
+        everywhere see the region all at once, a crash leaves none of it, and
+        the locks are held only while it commits.
+    retries : int
+        Tries of a transactional write whose commit finds a chunk it read
+        changed by another writer, before ``TransactionConflictError``.
 
     Returns
     -------
@@ -451,5 +575,12 @@ def synchronized(array: Any, synchronizer: Synchronizer, *,
     >>> sync = zstores.ProcessSynchronizer(tempfile.mkdtemp(), timeout=60)
     >>> proxy = zstores.synchronized(array, sync)
     >>> proxy[1000:2000] = 1  # safe beside other processes writing 0:1000 and 2000:3000
+    >>> backend = zstores.MemoryStore()
+    >>> array = zarr.create_array(zstores.zarr_store(backend), shape=(100,), chunks=(10,),
+    ...                           dtype="i4", fill_value=0)
+    >>> proxy = zstores.synchronized(array, zstores.ThreadSynchronizer(), atomic=True)
+    >>> proxy.transactional
+    True
+    >>> proxy[5:95] = 3  # ten chunks, one commit
     """
-    return SynchronizedArray(array, synchronizer, atomic=atomic)
+    return SynchronizedArray(array, synchronizer, atomic=atomic, retries=retries)
