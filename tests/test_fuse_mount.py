@@ -307,3 +307,16 @@ def test_an_unmounted_in_process_mount_leaves_sigpipe_ignored(mountpoint: Path) 
             os.write(write_end, b"x")
     finally:
         os.close(write_end)
+
+
+def test_an_in_process_mount_keeps_the_working_directory(mountpoint: Path,
+                                                          tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # libfuse 3 changes the working directory to / when it starts serving, even
+    # in the foreground; relative paths of the program must keep working.
+    monkeypatch.chdir(tmp_path)
+    with zfuse.mounted(MemoryStore(), mountpoint):
+        assert os.getcwd() == str(tmp_path)
+        Path("relative.txt").write_text("here")
+    assert os.getcwd() == str(tmp_path)
+    assert (tmp_path / "relative.txt").read_text() == "here"

@@ -310,8 +310,12 @@ def _mount_checked(store: Store, path: str, *, read_only: bool, foreground: bool
 
     shown = label if label is not None else repr(store)
     ro = read_only or store.read_only
+    # libfuse 3 changes the process's working directory to / when it starts
+    # serving, even in the foreground: give the caller's back once it has.
+    cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
     def ready() -> None:
+        _return_to(cwd)
         registry.record(path, shown, read_only=ro)  # for `zfuse list`
         if on_ready is not None:
             on_ready()
@@ -332,6 +336,7 @@ def _mount_checked(store: Store, path: str, *, read_only: bool, foreground: bool
         finally:
             registry.forget(path, pid=os.getpid())
             _restore_sigpipe()
+            _return_to(cwd, close=True)
             if owned:
                 store.close()
 
@@ -356,6 +361,16 @@ def _mount_checked(store: Store, path: str, *, read_only: bool, foreground: bool
     thread.start()
     _wait_until_answering(path, operations, thread, errors)
     return Mount(path, operations, thread, errors)
+
+
+def _return_to(cwd: int, *, close: bool = False) -> None:
+    """Make the open folder ``cwd`` the working directory again (if it still exists)."""
+    try:
+        os.fchdir(cwd)
+    except OSError:
+        pass  # the folder was removed meanwhile: nothing to return to
+    if close:
+        os.close(cwd)
 
 
 def _raise_read_ahead_when_ready(path: str, operations: StoreOperations) -> None:
