@@ -261,6 +261,60 @@ def test_synchronous_full_fsyncs_every_commit_and_normal_does_not(tmp_path):
     assert fsyncs_while_writing(tmp_path / "normal.sqlite", "normal", 20) == 0
 
 
+def test_values_around_the_blob_read_size_read_back_whole(tmp_path):
+    # Values above 1 MiB are read through a blob handle, the rest by SELECT.
+    limit = sqlite_module._BLOB_READ_ABOVE
+    values = {f"v/{size}": bytes([size % 251]) * size
+              for size in (0, 1, limit - 1, limit, limit + 1, 3 * limit + 7)}
+    with SQLiteStore(tmp_path / "db.sqlite") as store:
+        store.setitems(values)
+        # Another tool's TEXT value of more than the limit reads as its UTF-8.
+        text = "é" * limit
+        with contextlib.closing(sqlite3.connect(store.path)) as other, other:
+            other.execute('INSERT INTO "zarr"(k, v) VALUES (?, ?)', ("v/text", text))
+        values["v/text"] = text.encode()
+        for key, value in values.items():
+            assert store[key] == value, key
+            assert store.get_range(key, 1, 5) == value[1:6], key
+        assert store.getitems([*values, "v/missing"]) == values
+
+
+def test_large_values_read_whole_while_a_writer_replaces_them(tmp_path):
+    # A large value is read in two steps (its row, then a blob handle on it):
+    # both must see the same row, even while rows are replaced (and row ids
+    # reused) by another connection, so a read returns one whole value of its
+    # own key, never a mix or another key's value.
+    path = tmp_path / "db.sqlite"
+    size = 2 * sqlite_module._BLOB_READ_ABOVE
+    versions = {key: [bytes([n]) * size for n in (i, i + 100)]
+                for i, key in enumerate(["a", "b", "c"])}
+    with SQLiteStore(path) as store:
+        store.setitems({key: values[0] for key, values in versions.items()})
+        stop = threading.Event()
+
+        def rewrite():
+            with SQLiteStore(path) as writer:
+                n = 0
+                while not stop.is_set():
+                    n += 1
+                    for key, values in versions.items():
+                        del writer[key]
+                        writer[key] = values[n % 2]
+
+        thread = threading.Thread(target=rewrite)
+        thread.start()
+        try:
+            for _ in range(30):
+                for key, values in versions.items():
+                    with contextlib.suppress(KeyError):  # between delete and write
+                        assert store[key] in values, key
+                for key, value in store.getitems(list(versions)).items():
+                    assert value in versions[key], key
+        finally:
+            stop.set()
+            thread.join()
+
+
 def test_new_file_gets_16_kib_pages_and_an_existing_file_keeps_its_own(tmp_path):
     with SQLiteStore(tmp_path / "new.sqlite") as store:
         store["a/0"] = bytes(100_000)

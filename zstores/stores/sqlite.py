@@ -36,6 +36,15 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Keys per statement in batched reads; far below every SQLite variable limit.
 _BATCH = 500
 
+# Values above this size are read with incremental blob I/O instead of a
+# SELECT of the column.  A SELECT makes SQLite assemble the value in a buffer
+# of its own, which the driver then copies into the bytes returned: for
+# multi-MiB values each get allocates (and faults in) two fresh buffers, and
+# measured 4 MiB reads ran at 116 MiB/s against 628 MiB/s through a blob
+# handle, which reads the pages straight into the bytes returned.  Up to
+# 1 MiB the two ways ran even (16 KiB: the SELECT twice as fast).
+_BLOB_READ_ABOVE = 1 << 20
+
 # Room left in SQLite's length limit for the key and the row header.
 _ROW_OVERHEAD = 1 << 16
 
@@ -170,6 +179,12 @@ _INHERITED: list[Any] = []
 # The size of a value in bytes without loading it (length() of a BLOB reads
 # only the row header; of a TEXT value it would count characters).
 _SIZE = "CASE typeof(v) WHEN 'text' THEN length(CAST(v AS BLOB)) ELSE length(v) END"
+
+
+# Columns of a read: the value unless it is a blob read better by blob I/O,
+# and whether it is one (see _BLOB_READ_ABOVE; length() of a blob reads no data).
+_LARGE_BLOB = f"(typeof(v) = 'blob' AND length(v) > {_BLOB_READ_ABOVE})"
+_SMALL_VALUE = f"CASE WHEN {_LARGE_BLOB} THEN NULL ELSE v END"
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -804,9 +819,14 @@ class SQLiteStore(Store):
 
     # ------------------------------------------------------------ primitives
     def _get(self, key: str) -> bytes:
-        row = self._fetchone(f"SELECT v FROM {self._q} WHERE k = ?", (key,))
+        row = self._fetchone(f"SELECT {_SMALL_VALUE}, {_LARGE_BLOB} FROM {self._q} WHERE k = ?",
+                             (key,))
         if row is None:
             raise KeyError(key)
+        if row[1]:
+            # A large blob: read through a blob handle, in a transaction of its
+            # own (the row may have changed since; the range read looks again).
+            return self._get_range(key, 0, None)
         return _as_bytes(row[0])
 
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
@@ -860,7 +880,13 @@ class SQLiteStore(Store):
             for i in range(0, len(keys), _BATCH):
                 batch = keys[i : i + _BATCH]
                 marks = ", ".join("?" * len(batch))
-                for k, v in db.execute(f"SELECT k, v FROM {self._q} WHERE k IN ({marks})", batch):
+                rows = db.execute(
+                    f"SELECT k, {_SMALL_VALUE}, {_LARGE_BLOB}, rowid FROM {self._q} "
+                    f"WHERE k IN ({marks})", batch)
+                for k, v, large, rowid in rows.fetchall():
+                    if large:  # the transaction keeps the row as the query saw it
+                        with db.blobopen(self._table, "v", rowid, readonly=True) as blob:
+                            v = blob.read()
                     found[k] = _as_bytes(v)
         return found
 
