@@ -29,6 +29,7 @@ from zstores.errors import (
     StoreConnectionError,
     StoreExistsError,
     StoreNotFoundError,
+    UnsupportedOperationError,
 )
 from zstores.stores.mongodb import PART_SIZE, MongoDBStore, client_url_options
 from zstores.testing import StoreTests
@@ -448,6 +449,69 @@ def test_password_never_shown():
     shown = "".join(traceback.format_exception(info.value))
     assert "hunter2-secret" not in shown
     assert f"mongodb://zarr-user:***@127.0.0.1:{port}/?authSource=admin db.zarr" in shown
+
+
+# ------------------------------------------------- transactions, snapshots
+class ServerQuestions(monitoring.CommandListener):
+    """Counts the hello and buildInfo commands the store sends (monitoring's own
+    heartbeats are not commands)."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def started(self, event) -> None:
+        if event.command_name in ("hello", "buildInfo", "buildinfo"):
+            self.asked.append(event.command_name)
+
+    def succeeded(self, event) -> None:
+        pass
+
+    def failed(self, event) -> None:
+        pass
+
+
+def test_transaction_and_snapshot_are_refused_with_the_servers_answer(
+        mongodb_url, database, server_is_nx):
+    """The test server is no replica set: transaction() and snapshot() refuse at
+    once, naming the store and what the server answered, asked once per store;
+    nothing is written.  (Measured with nx-27017 0.8.1: it accepts startTransaction
+    but runs it on the connection every client shares, so another client saw the
+    uncommitted insert and the abort rolled back that client's own insert.)"""
+    questions = ServerQuestions()
+    store = MongoDBStore(mongodb_url, database=database, event_listeners=[questions],
+                         **TIMEOUT)
+    store["a"] = b"1"
+    asked_at_open = len(questions.asked)
+    for _ in range(3):
+        for call, what in ((store.transaction, "run transactions"),
+                           (store.snapshot, "take snapshots")):
+            with pytest.raises(UnsupportedOperationError) as info:
+                call()
+            message = str(info.value)
+            assert message.startswith(f"{store!r} cannot {what}"), message
+            assert "without setName and is no mongos: a standalone server" in message
+            assert "only on replica-set members and through mongos" in message
+            assert ("'nx_27017'" in message) == server_is_nx
+            assert "\n" not in message
+    assert len(questions.asked) - asked_at_open == 2  # hello and buildInfo, once
+    assert not store.in_transaction and store.supports_transactions is False
+    with open_store(f"{mongodb_url}?database={database}") as other, \
+            pytest.raises(UnsupportedOperationError, match="transactions"):
+        other.transaction()
+    assert list(store.items()) == [("a", b"1")]
+    store.close()
+
+
+def test_transaction_with_the_server_down_is_a_connection_error(private_mongodb):
+    server = private_mongodb()
+    store = MongoDBStore(server.url, database="db", serverSelectionTimeoutMS=500)
+    server.stop()
+    with pytest.raises(StoreConnectionError, match="could not talk to the server"):
+        store.transaction()
+    server.start()
+    with pytest.raises(UnsupportedOperationError, match="standalone"):
+        store.transaction()
+    store.close()
 
 
 # ------------------------------------------- failing fast, clearly and typed

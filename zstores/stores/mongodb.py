@@ -9,7 +9,7 @@ import re
 import secrets
 import warnings
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import Buffer, Mode, Store
 from ..errors import (
@@ -18,6 +18,7 @@ from ..errors import (
     StoreFullError,
     StoreIOError,
     StoreURLError,
+    UnsupportedOperationError,
 )
 from ..secrets import redact_url, scrub, secrets_of
 from ._network import (
@@ -28,6 +29,9 @@ from ._network import (
     check_url_options,
     network_errors_as,
 )
+
+if TYPE_CHECKING:
+    from ..transactions import Transaction
 
 __all__ = ["MongoDBStore", "client_url_options"]
 
@@ -151,6 +155,38 @@ def _plain(value: Any) -> bytes:
     return value if type(value) is bytes else bytes(value)
 
 
+def _why_no_transactions(hello: dict[str, Any], build: dict[str, Any]) -> str:
+    """The reason, from the server's ``hello`` and ``buildInfo`` answers, that a
+    ``MongoDBStore`` runs no transactions or snapshots on it.
+
+    Examples
+    --------
+    >>> why = _why_no_transactions({"isWritablePrimary": True}, {"version": "7.0.2"})
+    >>> why.startswith("the server answered hello without setName and is no mongos")
+    True
+    >>> _why_no_transactions({"setName": "rs0"}, {"version": "7.0.2"})[:43]
+    "the server is a member of replica set 'rs0'"
+    """
+    version = build.get("version", "unknown")
+    process = build.get("process")
+    if hello.get("setName") or hello.get("msg") == "isdbgrid":
+        kind = (f"a member of replica set {hello['setName']!r}" if hello.get("setName")
+                else "a mongos")
+        return (f"the server is {kind} (version {version}), which runs multi-document "
+                "transactions, but MongoDBStore does not use them yet: they are not proven "
+                "here (zstores' tests have no replica set), and a commit would also have to "
+                "make MongoDB detect conflicts on keys it only read")
+    reason = (f"the server answered hello without setName and is no mongos: a standalone "
+              f"server (version {version}")
+    if process == "nx_27017":
+        # Measured with nx-27017 0.8.1: another client saw a transaction's
+        # uncommitted insert, and its abort rolled back that client's insert.
+        reason += (", process 'nx_27017', whose transactions run on the connection every "
+                   "client shares: others would see uncommitted writes")
+    return (reason + "); MongoDB runs multi-document transactions and snapshot reads only "
+            "on replica-set members and through mongos")
+
+
 class MongoDBStore(Store):
     """Keys and values as documents ``{"key": key, "value": <binary>}`` of one collection.
 
@@ -206,7 +242,9 @@ class MongoDBStore(Store):
     -----
     Writes to several documents (``setitems``, ``delitems``, ``rmdir``,
     ``rename`` of a prefix) are not one transaction: MongoDB offers those only
-    on replica sets.  Each value is replaced atomically, so a reader sees
+    on replica sets, and ``transaction()`` and ``snapshot()`` are refused
+    (``UnsupportedOperationError`` saying what the server answered; see
+    ``docs/transactions.md``).  Each value is replaced atomically, so a reader sees
     every key's old or new value, whole.  A writer interrupted between
     storing parts and switching to them, or two writers racing on the same
     large value, can leave unreferenced part documents behind: wasted space,
@@ -238,6 +276,10 @@ class MongoDBStore(Store):
 
     supports_range_reads = False
     supports_process_writers = True
+    # Refused, whatever the server: transaction() and snapshot() say why,
+    # from what the server answers (_server_answer).
+    supports_transactions = False
+    supports_snapshots = False
     max_value_size = None
 
     def __init__(
@@ -259,6 +301,7 @@ class MongoDBStore(Store):
         self._driver_errors = (pymongo.errors.PyMongoError, _import_bson_errors().BSONError)
         self._UpdateOne = pymongo.UpdateOne
         self._url: str | None = None
+        self._why_no_transactions: str | None = None  # the server's answer, asked once
         if isinstance(url, str):
             self._url = url
             self._owns_client = True
@@ -599,6 +642,58 @@ class MongoDBStore(Store):
     @network_errors_as
     def _len(self) -> int:
         return self._docs.count_documents({})
+
+    # ------------------------------------------------ transactions, snapshots
+    def transaction(self, *, bind_thread: bool = True) -> Transaction:
+        """Refused, with ``UnsupportedOperationError`` saying what the server is.
+
+        MongoDB runs multi-document transactions only on replica-set members
+        and through ``mongos``; the store asks the server (``hello`` and
+        ``buildInfo``, once per store) so that the error says which kind it
+        is.  ``MongoDBStore`` does not run them on replica sets either yet
+        (see ``docs/transactions.md``).
+
+        Raises
+        ------
+        UnsupportedOperationError
+            Always, naming the store and the server's answer.
+        StoreConnectionError
+            If the server cannot be asked.
+        """
+        self._check_open()
+        raise UnsupportedOperationError(
+            f"{self!r} cannot run transactions (supports_transactions=False): "
+            f"{self._server_answer()}")
+
+    def snapshot(self) -> Store:
+        """Refused, with ``UnsupportedOperationError`` saying what the server is.
+
+        Snapshot reads (``readConcern: snapshot``) exist only on replica-set
+        members and through ``mongos``, as transactions do (``transaction``).
+
+        Raises
+        ------
+        UnsupportedOperationError
+            Always, naming the store and the server's answer.
+        StoreConnectionError
+            If the server cannot be asked.
+        """
+        self._check_open()
+        raise UnsupportedOperationError(
+            f"{self!r} cannot take snapshots (supports_snapshots=False): "
+            f"{self._server_answer()}")
+
+    @network_errors_as
+    def _server_answer(self) -> str:
+        """Why the server gives this store no transactions: what ``hello`` said."""
+        if self._why_no_transactions is None:
+            hello = self._client.admin.command("hello")
+            try:
+                build = self._client.admin.command("buildInfo")
+            except _import_pymongo().errors.OperationFailure:
+                build = {}  # not allowed for this user: hello is enough
+            self._why_no_transactions = _why_no_transactions(hello, build)
+        return self._why_no_transactions
 
     # ------------------------------------------------------------- lifecycle
     @network_errors_as
