@@ -410,3 +410,60 @@ def test_store_on_read_only_media_opens_read_only(tmp_path):
             LMDBStore(view / "s", mode="a")
         assert str(view / "s") in str(caught.value)
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == before
+
+
+# ------------------------------------------------ transactions, snapshots
+def test_snapshot_survives_map_growth_and_pins_the_map(tmp_path):
+    """A snapshot's read transaction must outlive writes that grow the map.
+
+    py-lmdb ends every transaction of an environment whose map is resized, so
+    the first snapshot grows the map well past the data first, and a commit
+    that still needs more room while it is open fails cleanly (nothing
+    written) instead of ending the snapshot.
+    """
+    store = LMDBStore(tmp_path / "env", map_size=1 << 16)
+    store["a"] = b"before"
+    with store.snapshot() as view:
+        for i in range(40):  # 8 MB: far past the 64 KiB map the store opened with
+            store[f"b/{i}"] = bytes(200_000)
+        with pytest.raises(StoreFullError, match="snapshot"):
+            with store.transaction():
+                store["a"] = b"in a transaction"
+                store["huge"] = bytes(store.map_size)  # cannot fit without a remap
+        assert view["a"] == b"before" and list(view) == ["a"]
+    assert store["a"] == b"before" and "huge" not in store  # nothing of it committed
+    store["huge"] = bytes(1 << 20)  # with the snapshot closed the map grows again
+    store.close()
+
+
+def test_transaction_commit_is_one_lmdb_write_transaction(tmp_path):
+    """A reader in another process never sees part of a commit of 16 sets."""
+    store = LMDBStore(tmp_path / "env")
+    keys = [f"r/{i}" for i in range(16)]
+    store.update(dict.fromkeys(keys, b"\x00" * 1000))
+    context = multiprocessing.get_context("spawn")
+    ready, stop = context.Event(), context.Event()
+    reader = context.Process(target=_read_until_stopped,
+                             args=(str(tmp_path / "env"), keys, ready, stop))
+    reader.start()
+    try:
+        assert ready.wait(120)
+        for round_ in range(1, 400):
+            with store.transaction():
+                for key in keys:  # 16 sets: 16 commits without the transaction
+                    store[key] = bytes([round_ % 250 + 1]) * 1000
+    finally:
+        stop.set()
+        reader.join(120)
+    assert reader.exitcode == 0, "the reader saw a region with mixed values"
+    store.close()
+
+
+def _read_until_stopped(path, keys, ready, stop):
+    store = LMDBStore(path, mode="r")
+    ready.set()
+    while not stop.is_set():
+        values = store.getitems(keys)
+        if len(set(values.values())) != 1:
+            raise SystemExit(1)
+    store.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import multiprocessing
 import os
 import pickle
 import re
@@ -25,6 +26,7 @@ from zstores.errors import (
     StoreFullError,
     StoreLockedError,
     StoreNotFoundError,
+    UnsupportedOperationError,
 )
 from zstores.stores import sqlite as sqlite_module
 from zstores.stores.sqlite import SQLiteStore
@@ -603,3 +605,43 @@ def test_store_on_read_only_media_opens_read_only(tmp_path, left_open):
             SQLiteStore(view / "missing.sqlite", mode="r")
     assert _files(tmp_path) == before
     writer.close()
+
+
+def test_transaction_commit_is_one_sqlite_transaction(tmp_path):
+    """A reader in another process never sees part of a commit of 16 sets."""
+    path = tmp_path / "db.sqlite"
+    store = SQLiteStore(path)
+    keys = [f"r/{i}" for i in range(16)]
+    store.update(dict.fromkeys(keys, b"\x00" * 1000))
+    context = multiprocessing.get_context("spawn")
+    ready, stop = context.Event(), context.Event()
+    reader = context.Process(target=_read_until_stopped, args=(str(path), keys, ready, stop))
+    reader.start()
+    try:
+        assert ready.wait(120)
+        for round_ in range(1, 200):
+            with store.transaction():
+                for key in keys:  # 16 sets: 16 commits without the transaction
+                    store[key] = bytes([round_ % 250 + 1]) * 1000
+    finally:
+        stop.set()
+        reader.join(120)
+    assert reader.exitcode == 0, "the reader saw a region with mixed values"
+    store.close()
+
+
+def _read_until_stopped(path, keys, ready, stop):
+    store = SQLiteStore(path, mode="r")
+    ready.set()
+    while not stop.is_set():
+        values = store.getitems(keys)
+        if len(set(values.values())) != 1:
+            raise SystemExit(1)
+    store.close()
+
+
+def test_snapshot_of_memory_database_refused():
+    store = SQLiteStore(":memory:")
+    assert store.supports_transactions and not store.supports_snapshots
+    with pytest.raises(UnsupportedOperationError, match="snapshot"):
+        store.snapshot()

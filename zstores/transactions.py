@@ -254,8 +254,14 @@ class Transaction(Store):
             changes = self.changes()
             self._end("failed")
         try:
-            if not changes.empty:
+            if changes.writes or changes.cleared:
                 self._store._commit_changes(changes)
+            elif changes.reads:
+                # Nothing to write: check the reads against one consistent read
+                # of them (getitems is one backend transaction or round trip),
+                # which also works on a read-only store.
+                current = self._store._get_many(list(changes.reads))
+                changes.check(current.get, self._store)
         except BaseException as error:
             if isinstance(error, Exception) and not isinstance(error, TransactionConflictError):
                 error.add_note(
@@ -474,8 +480,8 @@ class Transaction(Store):
             self._delete(src)
 
     def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
+        # Each key moved is checked as it is written and deleted.
         self._store._check_transaction_prefix(src_prefix)
-        self._store._check_transaction_prefix(dst_prefix)
         with self._lock:
             super()._rename_prefix(src_prefix, dst_prefix)
 

@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import lmdb
 
@@ -23,9 +23,13 @@ from ..errors import (
     StoreIOError,
     StoreLockedError,
     StoreNotFoundError,
+    UnsupportedOperationError,
 )
 from ..keys import normalize_key
 from ._reserve import SpaceReserve, free_bytes
+
+if TYPE_CHECKING:
+    from ..transactions import ChangeSet
 
 __all__ = ["DEFAULT_MAP_SIZE", "LMDBStore"]
 
@@ -220,6 +224,10 @@ class _SharedEnv:
         self.key = key
         self.gate = _Gate()
         self.refs = 0
+        # Snapshots holding a read transaction: py-lmdb ends every transaction
+        # of an environment whose map is resized, so no remap while one lives.
+        # Changed only inside the gate (shared), read inside it (exclusive).
+        self.pins = 0
         self.env = opener(readonly)
         self.readonly = readonly
         self.map_size = self.env.info()["map_size"]
@@ -227,6 +235,8 @@ class _SharedEnv:
     def make_writable(self, opener: Callable[[bool], lmdb.Environment]) -> None:
         """Reopen a read-only environment read-write for a store that writes."""
         with self.gate.exclusive():
+            self._refuse_while_pinned("open the environment for writing beside a snapshot "
+                                      "of a read-only store")
             self.env.close()
             try:
                 self.env = opener(False)
@@ -241,6 +251,7 @@ class _SharedEnv:
         with self.gate.exclusive():
             if self.map_size != seen:
                 return
+            self._refuse_while_pinned("grow the map for this write")
             target = max(2 * seen, seen + 2 * payload + _MAP_GRANULE)
             self.env.set_mapsize(_round_up(target))
             self.map_size = self.env.info()["map_size"]
@@ -248,8 +259,34 @@ class _SharedEnv:
     def adopt(self) -> None:
         """Take over the map size another process grew the file to (``MapResizedError``)."""
         with self.gate.exclusive():
+            self._refuse_while_pinned("follow the map another process grew")
             self.env.set_mapsize(0)
             self.map_size = self.env.info()["map_size"]
+
+    def _refuse_while_pinned(self, what: str) -> None:
+        if self.pins:
+            raise StoreFullError(
+                f"LMDB environment {self.key}: cannot {what} while {self.pins} snapshot(s) of "
+                "it are open in this process (resizing the map would end their read "
+                "transactions); close the snapshots and try again"
+            )
+
+    def headroom_for_snapshot(self, data_file: str) -> None:
+        """Grow the map well past the data before the first snapshot pins it.
+
+        Address space is cheap (the map is not memory): 1 GiB of room beyond
+        the data file lets writers go on for long before the map must grow,
+        which it cannot while a snapshot lives.
+        """
+        if self.readonly or self.pins:
+            return
+        target = _round_up(_file_size(data_file) + DEFAULT_MAP_SIZE)
+        if target > self.map_size:
+            with self.gate.exclusive():
+                if self.pins or target <= self.map_size:
+                    return
+                self.env.set_mapsize(target)
+                self.map_size = self.env.info()["map_size"]
 
     def sync(self) -> None:
         with self.gate.shared():
@@ -399,6 +436,8 @@ class LMDBStore(Store):
     supports_process_writers = True
     max_value_size = 0xFFFFFFFF
     blocking = False  # a read is a memory copy out of the map
+    supports_transactions = True
+    supports_snapshots = True
 
     def __init__(
         self,
@@ -440,6 +479,7 @@ class LMDBStore(Store):
             self.supports_process_writers = False
 
         data_file = os.path.join(self._path, "data.mdb") if subdir else self._path
+        self._data_file = data_file
         key = os.path.realpath(self._path)
         writable = mode != "r"
 
@@ -837,6 +877,42 @@ class LMDBStore(Store):
             lambda: self._delete_in_pieces(self._list_prefix("")),
         )
 
+    # ------------------------------------------ transactions and snapshots
+    def _commit_changes(self, changes: ChangeSet) -> None:
+        # One write transaction: LMDB serializes writers across processes, so
+        # the reads checked here cannot change before it commits, and readers
+        # see all of it or none.  A map that must grow aborts it and runs it
+        # again (_run); a full disk aborts it: nothing is applied.
+        shared = self._shared
+        assert shared is not None
+
+        def work(txn: lmdb.Transaction) -> None:
+            changes.check(lambda key: txn.get(key.encode()), self)
+            for prefix in changes.cleared:
+                if not prefix:
+                    txn.drop(shared.env.open_db(), delete=False)
+                    continue
+                cursor = txn.cursor()
+                if cursor.set_range(prefix.encode()):
+                    while cursor.key().startswith(prefix.encode()) and cursor.delete():
+                        pass
+            for key, value in changes.writes.items():
+                if value is None:
+                    txn.delete(key.encode())
+                else:
+                    txn.put(key.encode(), value)
+
+        def attempt() -> None:
+            self._run(work, write=True, payload=changes.nbytes)
+
+        try:
+            attempt()
+        except StoreFullError:
+            self._after_nudge(attempt)
+
+    def _snapshot(self) -> Store:
+        return _LMDBSnapshot(self)
+
     # ------------------------------------------------------------- lifecycle
     def _close(self) -> None:
         shared, self._shared = self._shared, None
@@ -882,6 +958,111 @@ class LMDBStore(Store):
     def _params(self) -> dict[str, Any]:
         options = dict(self._options)
         return {"path": self._path, "map_size": self._map_size_option, **options}
+
+
+class _LMDBSnapshot(LMDBStore):
+    """A read-only view of an LMDB environment at one moment: a read transaction held open.
+
+    LMDB keeps every page the transaction can reach until it ends, so the
+    view never changes while writers (here or in other processes) go on; the
+    file grows instead of reusing those pages until ``close()``.  py-lmdb
+    opens environments with ``MDB_NOTLS``, so the transaction may move
+    between threads; a lock makes them take turns.  The transaction is not
+    registered with the environment's gate while idle, so this process may
+    still grow its map: an idle read transaction holds no pointer into the
+    map (each call makes its own cursors and copies what it returns inside
+    the gate).
+    """
+
+    supports_transactions = False
+    supports_snapshots = False
+
+    def __init__(self, store: LMDBStore) -> None:
+        Store.__init__(self, mode="r")
+        self._shared = None
+        for name in ("_path", "_map_size_option", "_subdir", "_options", "_folder",
+                     "_reserve", "_max_key_size", "_data_file"):
+            setattr(self, name, getattr(store, name))
+        self.supports_process_writers = store.supports_process_writers  # type: ignore[misc]
+        self._lock = threading.Lock()
+        shared = store._shared
+        assert shared is not None
+        with store._translated(write=False), _ENVIRONMENTS_LOCK:
+            shared.refs += 1  # the environment stays open while the view lives
+            self._shared = shared
+        self._txn: lmdb.Transaction | None = None
+        try:
+            with store._translated(write=False):
+                shared.headroom_for_snapshot(store._data_file)
+            self._txn = self._begin(shared)
+        except BaseException:
+            self._close()
+            raise
+
+    def _begin(self, shared: _SharedEnv) -> lmdb.Transaction:
+        for _ in range(_MAX_RETRIES):
+            with shared.gate.shared():
+                try:
+                    txn = shared.env.begin(buffers=True)
+                except lmdb.MapResizedError:
+                    pass
+                except lmdb.Error as error:
+                    raise self._error(error, False) from error
+                else:
+                    shared.pins += 1  # inside the gate: no remap can be under way
+                    return txn
+            shared.adopt()
+        raise StoreIOError(f"{self!r}: the map kept being resized by other processes")
+
+    def _run(
+        self, work: Callable[[lmdb.Transaction], T], *, write: bool = False, payload: int = 0
+    ) -> T:
+        if write:
+            raise ReadOnlyError(f"{self!r} is a snapshot: it cannot be written")
+        if self._closed:
+            self._check_open()
+        shared = self._shared
+        assert shared is not None
+        with self._lock:
+            shared.gate.enter_shared()  # no remap while a value is copied out
+            try:
+                return work(self._txn)
+            except lmdb.Error as error:
+                raise self._error(error, False) from error
+            finally:
+                shared.gate.leave_shared()
+
+    def _get(self, key: str) -> bytes:
+        encoded = key.encode()
+        value = self._run(lambda txn: _copy(txn.get(encoded)))
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def _close(self) -> None:
+        txn = getattr(self, "_txn", None)
+        shared = self._shared
+        if txn is not None and shared is not None:
+            with self._lock, shared.gate.shared():
+                txn.abort()
+                self._txn = None
+                shared.pins -= 1
+        super()._close()
+
+    def _snapshot(self) -> Store:
+        raise UnsupportedOperationError(f"{self!r} is already a snapshot")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise TypeError(f"{self!r} cannot be pickled: a snapshot belongs to its process")
+
+    def _reopen_as(self, mode: str) -> Store:
+        raise UnsupportedOperationError(f"{self!r} is a snapshot: reopen the store instead")
+
+    def _location(self) -> Any:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"LMDBStore({self._path!r}, snapshot)"
 
 
 def _keys_under(cursor: lmdb.Cursor, prefix: bytes) -> Iterable[Any]:

@@ -12,20 +12,25 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..base import Buffer, Mode, Store, children_by_scan
 from ..errors import (
     CorruptValueError,
     ReadOnlyError,
+    StoreClosedError,
     StoreFullError,
     StoreIOError,
     StoreLockedError,
     StoreNotFoundError,
+    UnsupportedOperationError,
     ValueTooLargeError,
 )
 from ..keys import prefix_upper_bound
 from ._reserve import SpaceReserve, free_bytes
+
+if TYPE_CHECKING:
+    from ..transactions import ChangeSet
 
 __all__ = ["SQLiteStore"]
 
@@ -456,6 +461,8 @@ class SQLiteStore(Store):
     supports_range_reads = True
     supports_process_writers = True
     max_value_size = 1_000_000_000 - _ROW_OVERHEAD
+    supports_transactions = True
+    supports_snapshots = True
 
     def __init__(
         self,
@@ -493,6 +500,7 @@ class SQLiteStore(Store):
         if self._memory:
             self.persistent = False
             self.supports_process_writers = False
+            self.supports_snapshots = False  # one connection: no second read transaction
             # A shared-cache memory database would have table locks that ignore
             # the busy timeout; one connection behind a lock is simpler.
             self._memory_db: sqlite3.Connection | None = self._connect()
@@ -985,6 +993,33 @@ class SQLiteStore(Store):
 
         self._freeing(attempt, lambda: self._delete_in_pieces(self._list_prefix("")))
 
+    # ------------------------------------------ transactions and snapshots
+    def _commit_changes(self, changes: ChangeSet) -> None:
+        # One BEGIN IMMEDIATE transaction: it holds SQLite's write lock, so the
+        # reads checked here cannot change before COMMIT, and readers (each in
+        # a read transaction of WAL mode) see all of it or none.  A full disk
+        # rolls it back: nothing is applied.
+        if self._full is not None and changes.nbytes:
+            self._refuse_while_full()
+        size = changes.nbytes + _PAGE_SIZE
+        with self._transaction(write=True, size=size) as db:
+            def current(key: str) -> bytes | None:
+                row = db.execute(f"SELECT v FROM {self._q} WHERE k = ?", (key,)).fetchone()
+                return None if row is None else _as_bytes(row[0])
+
+            changes.check(current, self)
+            for prefix in changes.cleared:
+                where, params = _key_range(prefix)
+                db.execute(f"DELETE FROM {self._q} WHERE {where}", params)
+            writes = changes.writes.items()
+            db.executemany(f"DELETE FROM {self._q} WHERE k = ?",
+                           [(key,) for key, value in writes if value is None])
+            db.executemany(f"INSERT OR REPLACE INTO {self._q}(k, v) VALUES (?, ?)",
+                           [(key, value) for key, value in writes if value is not None])
+
+    def _snapshot(self) -> Store:
+        return _SQLiteSnapshot(self)
+
     # ------------------------------------------------------------- lifecycle
     def _close(self) -> None:
         if self._memory_db is not None:
@@ -1028,3 +1063,84 @@ class SQLiteStore(Store):
     def _params(self) -> dict[str, Any]:
         return {"path": self._path, "table": self._table, "timeout": self._timeout,
                 "synchronous": self._synchronous}
+
+
+class _SQLiteSnapshot(SQLiteStore):
+    """A read-only view of an SQLite table at one moment: a read transaction held open.
+
+    It has a connection of its own, in a read transaction begun (in WAL mode
+    a read transaction sees the database as of its first read) when the view
+    is made and ended by ``close()``.  The reads of ``SQLiteStore`` run on it
+    unchanged; a lock makes threads take turns on the one connection.  While
+    the view lives, checkpoints cannot copy the WAL past its moment, so the
+    WAL grows with the writes made meanwhile.
+    """
+
+    supports_transactions = False
+    supports_snapshots = False
+
+    def __init__(self, store: SQLiteStore) -> None:
+        Store.__init__(self, mode="r")
+        for name in ("_table", "_q", "_timeout", "_memory", "_path", "_immutable",
+                     "max_value_size", "supports_process_writers"):
+            setattr(self, name, getattr(store, name))
+        self._memory_db = None
+        self._checkpointer = None
+        self._full = None
+        self._lock = threading.RLock()
+        self._read_lock = self._lock
+        self._write_lock = self._lock
+        self._connection: sqlite3.Connection | None = None
+        with self._sql_errors():
+            db = _connect(self._path, store.mode, self._timeout, self._immutable)
+            self._connection = db
+            try:
+                db.execute("BEGIN")
+                # The snapshot is taken at the first read, not at BEGIN.
+                db.execute(f"SELECT 1 FROM {self._q} LIMIT 1").fetchall()
+            except BaseException:
+                db.close()
+                self._connection = None
+                raise
+
+    def _db(self) -> sqlite3.Connection:
+        if self._connection is None:
+            self._check_open()
+            raise StoreClosedError(f"{self!r} is closed")
+        return self._connection
+
+    @contextmanager
+    def _transaction(self, write: bool = False, size: int = _PAGE_SIZE
+                     ) -> Iterator[sqlite3.Connection]:
+        if write:
+            raise ReadOnlyError(f"{self!r} is a snapshot: it cannot be written")
+        try:
+            with self._lock:
+                yield self._db()
+        except sqlite3.Error as error:
+            raise self._error(error) from error
+
+    def _close(self) -> None:
+        with self._lock:
+            db, self._connection = self._connection, None
+        if db is not None:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # closing ends the read transaction anyway
+            db.close()
+
+    def _snapshot(self) -> Store:
+        raise UnsupportedOperationError(f"{self!r} is already a snapshot")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise TypeError(f"{self!r} cannot be pickled: a snapshot belongs to its process")
+
+    def _reopen_as(self, mode: str) -> Store:
+        raise UnsupportedOperationError(f"{self!r} is a snapshot: reopen the store instead")
+
+    def _location(self) -> Any:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self._describe()!r}, snapshot)"

@@ -19,11 +19,14 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import Buffer, Mode, Store, _range_stop
 from ..errors import TransactionError
 from .delegate import WrapperStore
+
+if TYPE_CHECKING:
+    from ..transactions import ChangeSet
 
 __all__ = ["LRUStoreCache"]
 
@@ -444,6 +447,11 @@ class LRUStoreCache(WrapperStore):
                 self._bulk_in_flight -= 1
                 self._drop_values(matches)
                 self._drop_listings()
+
+    def _commit_changes(self, changes: ChangeSet) -> None:
+        # Like a prefix operation: drop what the commit may change before and
+        # after it, so no value from before the commit is cached after it.
+        self._bulk(changes.touches, lambda: WrapperStore._commit_changes(self, changes))
 
     def _rmdir(self, prefix: str) -> None:
         self._bulk(lambda key: key.startswith(prefix), lambda: WrapperStore._rmdir(self, prefix))

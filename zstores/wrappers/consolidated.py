@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import Buffer, Mode, Store
 from ..errors import ReadOnlyError
@@ -35,6 +35,9 @@ from ..metadata.documents import (
     load_json,
 )
 from .delegate import WrapperStore
+
+if TYPE_CHECKING:
+    from ..transactions import ChangeSet
 
 __all__ = ["ConsolidatedStore", "consolidate_metadata", "open_consolidated"]
 
@@ -299,6 +302,22 @@ class ConsolidatedStore(WrapperStore):
             moved = super()._list_prefix(src_prefix)
             self._check_keys(dst_prefix + key[len(src_prefix):] for key in moved)
         super()._rename(src, dst)
+
+    # -------------------------------------------------------- transactions
+    def _check_transaction_keys(self, keys: list[str]) -> None:
+        self._check_keys(keys)
+        super()._check_transaction_keys(keys)
+
+    def _check_transaction_prefix(self, prefix: str) -> None:
+        self._check_prefix(prefix)
+        super()._check_transaction_prefix(prefix)
+
+    def _commit_changes(self, changes: ChangeSet) -> None:
+        # Metadata keys were read from the document, which does not change:
+        # the store's own values of them are not what the transaction saw.
+        changes.reads = {key: seen for key, seen in changes.reads.items()
+                         if not self._served(key)}
+        super()._commit_changes(changes)
 
     # ------------------------------------------------------------ identity
     def _wrapper_params(self) -> dict[str, Any]:

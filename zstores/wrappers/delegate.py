@@ -14,9 +14,12 @@ public form.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import Buffer, Mode, Store, check_mode
+
+if TYPE_CHECKING:
+    from ..transactions import ChangeSet
 
 __all__ = ["WrapperStore"]
 
@@ -68,6 +71,8 @@ class WrapperStore(Store):
         self.persistent = store.persistent  # type: ignore[misc]
         self.hierarchical = store.hierarchical  # type: ignore[misc]
         self.blocking = store.blocking  # type: ignore[misc]
+        self.supports_transactions = store.supports_transactions  # type: ignore[misc]
+        self.supports_snapshots = store.supports_snapshots  # type: ignore[misc]
 
     def _wrapper_mode(self, store: Store, mode: str | None) -> str:
         if mode is None:
@@ -149,7 +154,28 @@ class WrapperStore(Store):
     def rename(self, src_path: str, dst_path: str) -> None:
         """Move a key, or every key under a prefix, with the inner store's ``rename``."""
         self._check_writable()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.rename(src_path, dst_path)
         self._rename(self._key(src_path), self._key(dst_path))
+        return None
+
+    # -------------------------------------------- transactions and snapshots
+    # A transaction on the wrapper gathers its writes in an overlay over the
+    # wrapper (reads go through it: a cache serves them); the commit is the
+    # inner store's, which checks every read against the stored values.
+    def _commit_changes(self, changes: ChangeSet) -> None:
+        self._store._commit_changes(changes)
+
+    def _check_transaction_keys(self, keys: list[str]) -> None:
+        self._store._check_transaction_keys(keys)
+
+    def _check_transaction_prefix(self, prefix: str) -> None:
+        self._store._check_transaction_prefix(prefix)
+
+    def _snapshot(self) -> Store:
+        # The same wrapper, read-only, over a snapshot of the store (closing
+        # it closes the snapshot).
+        return type(self)(self._store.snapshot(), **self._wrapper_params(), mode="r")
 
     # -------------------------------------------------------------- lifecycle
     def _close(self) -> None:
