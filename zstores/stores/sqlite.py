@@ -1082,7 +1082,7 @@ class _SQLiteSnapshot(SQLiteStore):
     def __init__(self, store: SQLiteStore) -> None:
         Store.__init__(self, mode="r")
         for name in ("_table", "_q", "_timeout", "_memory", "_path", "_immutable",
-                     "max_value_size", "supports_process_writers"):
+                     "_synchronous", "max_value_size", "supports_process_writers"):
             setattr(self, name, getattr(store, name))
         self._memory_db = None
         self._checkpointer = None
