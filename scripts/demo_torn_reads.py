@@ -86,8 +86,12 @@ def create_array(store) -> None:
     array[:] = 0
 
 
-def write_regions(store, writer: int, transactions: bool, stop: Callable[[], bool]) -> int:
-    """Set random regions to values unique to this writer until ``stop()``; the writes done."""
+def write_regions(store, writer: int, transactions: bool, stop: Callable[[], bool],
+                  wrote: Callable[[], None] = lambda: None) -> int:
+    """Set random regions to values unique to this writer until ``stop()``; the writes done.
+
+    ``wrote()`` is called after each write (a writer that is killed never returns).
+    """
     import zarr
 
     import zstores
@@ -105,6 +109,7 @@ def write_regions(store, writer: int, transactions: bool, stop: Callable[[], boo
         else:
             array[region] = value
         done += 1
+        wrote()
     return done
 
 
@@ -134,7 +139,7 @@ def read_whole(store, stop: Callable[[], bool]) -> Outcome:
 
     array = zarr.open_array(zstores.zarr_store(store), mode="r")
     outcome = Outcome()
-    while not stop():
+    while not stop() or not outcome.reads:  # one read at least on a slow machine
         outcome.plain_torn += torn_regions(array[:])
         outcome.plain_reads += 1
         outcome.torn += torn_regions(consistent_read(store))
@@ -170,16 +175,26 @@ def _open(url: str):
     return zstores.open_store(url)
 
 
-def _writer_process(url: str, writer: int, transactions: bool, deadline: float,
+def _writer_process(url: str, writer: int, transactions: bool, seconds: float,
                     counts) -> None:
+    import zarr  # noqa: F401 - imported before the clock starts (slow machines)
+
     store = _open(url)
-    done = write_regions(store, writer, transactions, lambda: time.time() > deadline)
-    counts[writer] += done
+    deadline = time.time() + seconds
+
+    def wrote() -> None:
+        with counts.get_lock():
+            counts[writer] += 1
+
+    write_regions(store, writer, transactions, lambda: time.time() > deadline, wrote)
     store.close()
 
 
-def _reader_process(url: str, deadline: float, results) -> None:
+def _reader_process(url: str, seconds: float, results) -> None:
+    import zarr  # noqa: F401 - imported before the clock starts (slow machines)
+
     store = _open(url)
+    deadline = time.time() + seconds
     outcome = read_whole(store, lambda: time.time() > deadline)
     results.put((outcome.reads, outcome.torn, outcome.plain_reads, outcome.plain_torn))
     store.close()
@@ -198,26 +213,31 @@ def run_processes(url: str, transactions: bool, seconds: float, writers: int,
     context = multiprocessing.get_context("spawn")
     counts = context.Array("q", writers)
     results = context.Queue()
-    deadline = time.time() + seconds
-    reader = context.Process(target=_reader_process, args=(url, deadline, results))
+    # Each process runs ``seconds`` from when it is ready: starting Python and
+    # zarr can take seconds on a loaded machine.
+    reader = context.Process(target=_reader_process, args=(url, seconds, results))
     reader.start()
 
     def start(index: int):
         process = context.Process(target=_writer_process,
-                                  args=(url, index, transactions, deadline, counts))
+                                  args=(url, index, transactions, seconds, counts))
         process.start()
         return process
 
     processes = [start(i) for i in range(writers)]
     rng = random.Random(1)
     kills = 0
-    while kill and time.time() < deadline - 0.5:
+    started_at = [0] * writers  # the victim's writes when it was (re)started
+    while kill and reader.is_alive():
         time.sleep(rng.uniform(0.1, 0.4))
         victim = rng.randrange(writers)
-        if processes[victim].is_alive():
+        # Only a writer that got to work (a slow machine takes a while to
+        # start a process): killing it mid-region is the point.
+        if processes[victim].is_alive() and counts[victim] > started_at[victim]:
             os.kill(processes[victim].pid, signal.SIGKILL)
             processes[victim].join()
             kills += 1
+            started_at[victim] = counts[victim]
             processes[victim] = start(victim)
     for process in processes:
         process.join(seconds + 120)
