@@ -770,3 +770,43 @@ def test_zarr3_local_store_reads_nested_array_we_wrote(root: Path) -> None:
     array = zarr.open_array(store=zarr.storage.LocalStore(root, read_only=True), path="sub/arr",
                             zarr_format=2, mode="r")
     np.testing.assert_array_equal(array[...], EXPECTED)
+
+
+def test_list_of_the_store_walks_the_folders_once(cls, root: Path) -> None:
+    # list() asks the length of what it iterates; a folder store counts its
+    # keys by walking every folder, so the listing just made answers instead.
+    class Counting(cls):
+        walks = 0
+
+        def _list_prefix(self, prefix):
+            Counting.walks += 1
+            return super()._list_prefix(prefix)
+
+        def _len(self):
+            Counting.walks += 1
+            return super()._len()
+
+    store = Counting(root)
+    keys = {f"a/{i}/b/{j}": b"x" for i in range(3) for j in range(4)}
+    store.setitems(keys)
+    for make in (list, sorted, tuple, lambda s: [*s]):
+        Counting.walks = 0
+        assert sorted(make(store)) == sorted(keys)
+        assert Counting.walks == 1, make
+    # Elsewhere len() counts afresh: after a write through another handle, or
+    # through this one, between iter() and len() from one call site.
+    other = cls(root)
+
+    def call(function):
+        return function(store)
+
+    call(iter)
+    other["a/new"] = b"x"
+    time.sleep(0.1)
+    assert call(len) == len(keys) + 1
+    call(iter)
+    store["a/newer"] = b"x"
+    assert call(len) == len(keys) + 2
+    it = iter(store)
+    del other["a/new"]
+    assert len(store) == len(keys) + 1 and len(list(it)) == len(keys) + 2

@@ -27,7 +27,9 @@ handle).  The underscore methods are the backends' side of the contract.
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -220,6 +222,10 @@ class Store(MutableMapping[str, bytes]):
     #: hand them to a thread (False: in-memory or memory-mapped, cheaper than a
     #: hand-off; the zarr-python 3 adapter then calls them directly).
     blocking: ClassVar[bool] = True
+    #: ``_len`` walks every key (a folder store): ``list(store)`` then reuses
+    #: the count of the listing it iterates instead of walking twice.
+    _len_walks: ClassVar[bool] = False
+    _listed: tuple[tuple[int, int, int, int, float], int] | None = None
     #: An empty value is stored and read back as ``b""``.  An instance may say
     #: False (Berkeley DB's ndbm reads ``b""`` back as a missing key): such a
     #: store refuses empty values with ``UnsupportedOperationError``.
@@ -416,6 +422,7 @@ class Store(MutableMapping[str, bytes]):
             raise StoreClosedError(f"{self!r} is closed")
 
     def _check_writable(self) -> None:
+        self._listed = None  # a write between iter() and len() makes len() count again
         if self._closed:
             raise StoreClosedError(f"{self!r} is closed")
         if self._mode == "r":
@@ -466,12 +473,22 @@ class Store(MutableMapping[str, bytes]):
         self._check_open()
         if self._transactions and (tx := self._own_transaction()) is not None:
             return iter(tx)
-        return iter(self._list_prefix(""))
+        keys = self._list_prefix("")
+        if self._len_walks and isinstance(keys, list):
+            self._listed = (_call_site(), len(keys))
+        return iter(keys)
 
     def __len__(self) -> int:
         self._check_open()
         if self._transactions and (tx := self._own_transaction()) is not None:
             return len(tx)
+        if self._len_walks:
+            listed, self._listed = self._listed, None
+            if listed is not None and _same_call(listed[0], _call_site()):
+                # list(store), sorted(store), tuple(store), [*store]: the list
+                # constructor asks the length of what it just iterated, within
+                # the same call; the listing it got answers without a second walk.
+                return listed[1]
         return self._len()
 
     def update(self, other: Any = (), /, **kwargs: Any) -> None:  # type: ignore[override]
@@ -991,6 +1008,29 @@ class Store(MutableMapping[str, bytes]):
 
     def __hash__(self) -> int:
         return hash((type(self), self._location()))
+
+
+# How soon after iter(store) a len(store) from the same call site counts as
+# the list constructor's length request (it comes microseconds later).
+_SAME_CALL_SECONDS = 0.05
+
+
+def _call_site() -> tuple[int, int, int, int, float]:
+    """Where the store's ``__iter__``/``__len__`` was called from, and when.
+
+    The frame two levels up is the code that called ``iter()``/``len()`` (or
+    ``list()``, whose C code calls both without a frame of its own); its
+    instruction offset is the same for both calls only while that one
+    instruction is still running.
+    """
+    frame = sys._getframe(2)
+    return (id(frame), id(frame.f_code), frame.f_lasti, threading.get_ident(),
+            time.monotonic())
+
+
+def _same_call(first: tuple[int, int, int, int, float],
+               second: tuple[int, int, int, int, float]) -> bool:
+    return first[:4] == second[:4] and second[4] - first[4] < _SAME_CALL_SECONDS
 
 
 def _range_stop(start: int, length: int, size: int) -> int:

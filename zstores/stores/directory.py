@@ -521,6 +521,7 @@ class DirectoryStore(Store):
     supports_process_writers = True
     persistent = True
     hierarchical = True
+    _len_walks = True
 
     def __init__(
         self,
