@@ -709,8 +709,25 @@ class LMDBStore(Store):
         return self._run(work)
 
     def _set(self, key: str, value: Buffer) -> None:
+        # The hot path, as _get's: one write transaction, no closure, no retry
+        # loop.  Anything LMDB refuses (a full map, a map another process
+        # grew, a full disk) goes to the general path below, which grows,
+        # re-adopts or reports; writing the same value again is harmless.
+        encoded = key.encode()
+        shared = self._shared
+        gate = shared.gate  # type: ignore[union-attr]
+        gate.enter_shared()
+        try:
+            with shared.env.begin(write=True) as txn:  # type: ignore[union-attr]
+                txn.put(encoded, value)
+            return
+        except lmdb.Error:
+            pass
+        finally:
+            gate.leave_shared()
+
         def work(txn: lmdb.Transaction) -> None:
-            txn.put(key.encode(), value)
+            txn.put(encoded, value)
 
         try:
             self._run(work, write=True, payload=len(value))
