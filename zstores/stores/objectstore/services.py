@@ -126,7 +126,8 @@ class S3Store(ObjectStore):
         every object under the prefix.
     endpoint_url : str, optional
         An S3-compatible service (MinIO, Ceph, R2, moto ...): ``http://`` is
-        allowed for it.  Default: AWS (``AWS_ENDPOINT_URL`` if set).
+        allowed for it.  Default: AWS (``AWS_ENDPOINT_URL_S3`` or
+        ``AWS_ENDPOINT_URL`` if set).
     region : str, optional
         The bucket's region (default ``AWS_REGION``, the profile's, or us-east-1).
     access_key_id, secret_access_key, session_token : str, optional
@@ -208,7 +209,10 @@ class S3Store(ObjectStore):
 
     def _make_engine(self) -> Any:
         options = self._options
-        endpoint = options["endpoint_url"]
+        # AWS's variables name an endpoint too; one of http:// (an emulator,
+        # MinIO) must reach obstore's client options, which allow plain HTTP.
+        endpoint = options["endpoint_url"] or os.environ.get("AWS_ENDPOINT_URL_S3") \
+            or os.environ.get("AWS_ENDPOINT_URL")
         if options["via"] == "fsspec":
             client: dict[str, Any] = {}
             if endpoint:
