@@ -2,7 +2,7 @@
 
 ::
 
-    zfuse mount URL MOUNTPOINT [--read-only | --snapshot] [--foreground] [--allow-other]
+    zfuse mount URL|- MOUNTPOINT [--read-only | --snapshot] [--foreground] [--allow-other]
                 [--attr-timeout S] [-o FUSE_OPTION ...] [--log-file PATH]
     zfuse unmount MOUNTPOINT [--lazy]
     zfuse list [--json]
@@ -67,6 +67,7 @@ examples:
   zfuse mount --read-only -o kernel_cache zip:///data/run1.zip /mnt/run1
   zfuse mount --snapshot sqlite:///data/live.sqlite /mnt/frozen   # one version, read-only
   zfuse mount --foreground --log-file zfuse.log redis://127.0.0.1:6379/0 /mnt/r
+  zfuse mount - /mnt/run1 < url.txt     # a URL with a password: kept out of ps
 """
 
 _UNMOUNT_EXAMPLES = """\
@@ -138,7 +139,10 @@ def _parser() -> argparse.ArgumentParser:
         "unless --foreground is given.",
         epilog=_MOUNT_EXAMPLES, formatter_class=_FORMAT,
     )
-    mount_cmd.add_argument("url", metavar="URL", help="the store URL, or a path")
+    mount_cmd.add_argument("url", metavar="URL",
+                           help="the store URL, or a path; '-' reads it from standard input "
+                           "(a URL with a password or key on the command line shows to every "
+                           "user of the machine in ps, for the daemon's whole life)")
     mount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
     mount_cmd.add_argument("--read-only", action="store_true",
                            help="open the store read-only and refuse every change (EROFS)")
@@ -230,6 +234,8 @@ def _list(as_json: bool) -> int:
 # ------------------------------------------------------------------ mount
 def _mount(args: argparse.Namespace) -> int:
     _check_fuse()  # first: without mfusepy nothing else matters
+    if args.url == "-":
+        args.url = _url_from_stdin()
     mountpoint = check_mountpoint(args.mountpoint)
     if args.log_file:
         args.log_file = os.path.abspath(args.log_file)  # the daemon changes to /
@@ -248,6 +254,19 @@ def _mount(args: argparse.Namespace) -> int:
     print(f"zfuse: {_redact(args.url)} mounted at {mountpoint} (daemon pid {pid}); "
           f"unmount with: zfuse unmount {mountpoint}")
     return 0
+
+
+def _url_from_stdin() -> str:
+    """``zfuse mount -``: the URL is the first line of standard input.
+
+    The daemon is a fork of this command, so its command line (world-readable
+    in /proc/PID/cmdline for as long as the mount lasts) shows ``-``, never a
+    password or an object store's key.
+    """
+    url = sys.stdin.readline().strip()
+    if not url:
+        raise _Failure("URL '-': no store URL on standard input (one line: the URL)")
+    return url
 
 
 def _check_fuse() -> None:

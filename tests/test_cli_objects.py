@@ -1,0 +1,199 @@
+"""The ``zstores`` command on object-store URLs (s3://, az://), for real.
+
+Every subcommand runs in a subprocess against the test command's emulators
+(moto for S3, Azurite for Azure Blob; see scripts/services), with the
+credentials in the URL as a user would type them: none may show in anything
+the command prints.  ``cp`` into S3 killed
+with SIGKILL midway leaves only whole values, and the same command run again
+finishes and verifies the copy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import zstores
+
+from cli_helpers import (
+    COMMAND,
+    Result,
+    contents,
+    write_rows,
+    write_sample,
+    zstores_cmd,
+)
+from object_urls import (
+    AZURITE_KEY,
+    S3_SECRET,
+    azure_store_url,
+    new_azure_container,
+    new_s3_bucket,
+    s3_env,
+    s3_store_url,
+)
+
+pytest.importorskip("obstore")
+
+SAMPLE_KEYS = 23  # what write_sample writes: 5 metadata documents and 18 chunks
+SECRETS = (S3_SECRET, AZURITE_KEY)
+
+
+def shows_no_secret(result: Result) -> Result:
+    """``result``, once checked to show no credential on stdout or stderr."""
+    for secret in SECRETS:
+        assert secret not in result.out and secret not in result.err, result
+    return result
+
+
+def run(*args: str) -> Result:
+    return shows_no_secret(zstores_cmd(*args))
+
+
+@pytest.fixture(params=["s3", "azure"])
+def object_url(request: pytest.FixtureRequest, s3_endpoint: str, azure_endpoint: str):
+    """Makes URLs of fresh prefixes in one new bucket (container) of the service."""
+    if request.param == "s3":
+        bucket = new_s3_bucket(s3_endpoint)
+        return lambda prefix: s3_store_url(s3_endpoint, bucket, prefix)
+    container = new_azure_container(azure_endpoint)
+    return lambda prefix: azure_store_url(azure_endpoint, container, prefix)
+
+
+def test_every_subcommand_works_on_an_object_store(object_url, tmp_path: Path) -> None:
+    url = object_url("runs/run 1")
+    written = write_sample(url)
+    members = run("ls", url, "-r")
+    assert (members.code, members.err) == (0, "")
+    assert members.out.splitlines() == [
+        "/", "├── counts  (10,) int16", "└── g/", "    └── temp  (20, 20) float64"]
+    info = run("info", url, "counts", "--json").json()
+    assert (info["shape"], info["chunks_initialized"], info["nchunks"]) == ([10], 2, 3)
+    assert info["store_type"] in ("S3Store", "AzureStore")
+    usage = run("du", url, "--json").json()
+    assert (usage["keys"], usage["bytes"]) == (SAMPLE_KEYS, sum(map(len, written.values())))
+    checked = run("verify", url)
+    assert checked.code == 0 and "18 of 18 chunks decoded" in checked.out
+    assert run("consolidate", url).code == 0
+    with zstores.open_store(url, mode="r") as store:
+        assert ".zmetadata" in store
+    local = str(tmp_path / "local")
+    down = run("cp", url, local)
+    assert down.code == 0 and f"{SAMPLE_KEYS + 1} of {SAMPLE_KEYS + 1} keys verified" in down.out
+    other = object_url("runs/copy")
+    up = run("cp", local, other, "--jobs", "3")
+    assert up.code == 0 and contents(other) == contents(url)
+    plan = run("migrate", other, "--to", "3", "--dry-run")
+    assert plan.code == 0 and "zarr.json" in plan.out
+    assert run("migrate", other, "--to", "3").code == 0
+    with zstores.open_store(other, mode="r") as store:
+        assert {"zarr.json", "g/temp/zarr.json", "counts/zarr.json"} <= set(store)
+    removed = run("rm", url, "g")
+    assert removed.code == 0 and removed.out.startswith("removed 19 keys")
+    assert run("ls", url).out.splitlines() == ["counts  (10,) int16"]
+    missing = run("ls", url, "nothing/here")
+    assert missing.code == 1 and len(missing.err.splitlines()) == 1
+
+
+def test_http_without_listing_is_one_clear_line(http_server, tmp_path: Path) -> None:
+    """A plain HTTP server cannot list a folder (that takes WebDAV's PROPFIND), and every
+    subcommand starts with a listing: each says so in one line, with no traceback."""
+    base, served = http_server
+    folder = served / f"cli-{tmp_path.name}"
+    write_sample(str(folder))
+    url = f"{base}{folder.name}"
+    for command in (["ls", url], ["du", url], ["verify", url], ["cp", url, str(tmp_path / "c")]):
+        failed = run(*command)
+        assert failed.code == 1 and len(failed.err.splitlines()) == 1, failed
+        assert "HTTPStore" in failed.err and "does not support" in failed.err
+        assert "Traceback" not in failed.err
+
+
+def test_credentials_from_the_environment(s3_endpoint: str) -> None:
+    """No credentials in the URL at all: AWS's environment variables, as on a cluster."""
+    bucket = new_s3_bucket(s3_endpoint)
+    write_sample(s3_store_url(s3_endpoint, bucket, "env"))
+    done = subprocess.run([*COMMAND, "verify", f"s3://{bucket}/env"], capture_output=True,
+                          text=True, env={**os.environ, **s3_env(s3_endpoint)}, timeout=300,
+                          check=False)
+    assert done.returncode == 0 and "18 of 18 chunks decoded" in done.stdout, done.stderr
+    assert S3_SECRET not in done.stdout + done.stderr
+
+
+def test_a_missing_bucket_is_one_line_without_the_secret(s3_endpoint: str) -> None:
+    url = s3_store_url(s3_endpoint, "zx-no-such-bucket", "p")
+    for command in (["ls", url], ["verify", url], ["cp", url, url.replace("/p?", "/q?")]):
+        failed = run(*command)
+        assert failed.code == 1 and len(failed.err.splitlines()) == 1, failed
+        assert "bucket 'zx-no-such-bucket' does not exist" in failed.err
+
+
+def test_commands_exit_cleanly_after_concurrent_batches(s3_endpoint: str) -> None:
+    """Each run ends with status 0: batches once ran obstore's async calls on an event
+    loop of ours, and a tokio thread waking that loop while the interpreter exited
+    aborted the process (status 134) in about one run of eight."""
+    url = s3_store_url(s3_endpoint, new_s3_bucket(s3_endpoint), "exit")
+    with zstores.open_store(url, mode="w") as store:
+        store.setitems({f"k/{i}": bytes(64) for i in range(24)})
+    script = ("import sys, zstores; s = zstores.open_store(sys.argv[1], mode='r'); "
+              "keys = list(s); [s.getitems(keys) for _ in range(3)]")
+    statuses = []
+    for _ in range(10):  # four at a time: the race needs a busy machine, not a long run
+        runs = [subprocess.Popen([sys.executable, "-c", script, url], stderr=subprocess.PIPE)
+                for _ in range(4)]
+        statuses += [(process.wait(timeout=300), process.stderr.read()) for process in runs]
+    assert [status for status, _ in statuses] == [0] * len(statuses), statuses
+
+
+class _Progress:
+    """Reads a process's stderr until the key bar shows ``n/total`` with n > 0."""
+
+    def __init__(self, process: subprocess.Popen[bytes], total: int) -> None:
+        self.process, self.pattern, self.text = process, re.compile(rf"\b([0-9]+)/{total}\b"), ""
+
+    def wait_for_some(self) -> int:
+        assert self.process.stderr is not None
+        while chunk := self.process.stderr.read1(4096):  # type: ignore[attr-defined]
+            self.text += chunk.decode("utf-8", "replace")
+            counts = [int(n) for n in self.pattern.findall(self.text)]
+            if counts and max(counts) > 0:
+                return max(counts)
+        raise AssertionError(f"the copy ended without showing progress: {self.text[-2000:]}")
+
+
+def test_cp_from_lmdb_to_s3_killed_midway_resumes_and_verifies(s3_endpoint: str,
+                                                               tmp_path: Path) -> None:
+    rows = 1_000
+    src = f"lmdb://{tmp_path}/run1.lmdb"
+    write_rows(src, rows)
+    total = rows + 1
+    dst = s3_store_url(s3_endpoint, new_s3_bucket(s3_endpoint), "run1")
+    process = subprocess.Popen([*COMMAND, "cp", src, dst, "--jobs", "2", "--progress"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    try:
+        progress = _Progress(process, total)
+        progress.wait_for_some()
+        process.send_signal(signal.SIGKILL)  # no clean-up of any kind
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    assert S3_SECRET not in progress.text
+    source = contents(src)
+    partial = contents(dst)  # only whole values (an S3 PUT is atomic), each the source's
+    assert 0 < len(partial) < total
+    assert all(source[key] == value for key, value in partial.items())
+    resumed = run("cp", src, dst)
+    assert (resumed.code, resumed.err) == (0, "")
+    assert f"skipped {len(partial):,} identical keys" in resumed.out
+    assert f"{total:,} of {total:,} keys verified" in resumed.out
+    assert contents(dst) == source
+    checked = run("verify", dst, "--jobs", "4")
+    assert checked.code == 0 and f"{rows:,} of {rows:,} chunks decoded" in checked.out
