@@ -26,7 +26,6 @@ from ..errors import (
     UnsupportedOperationError,
     ValueTooLargeError,
 )
-from ..keys import child_name
 from ._single_writer import writer_lock
 
 __all__ = ["ZipStore"]
@@ -343,7 +342,14 @@ class ZipStore(Store):
 
     def _listdir(self, prefix: str) -> Iterable[str]:
         with self._lock:
-            return {child_name(key, prefix) for key in self._index if key.startswith(prefix)}
+            keys = [key for key in self._index if key.startswith(prefix)]
+        # Names in C-level string calls, no function call per key (the index
+        # is a dict in archive order, so every key is looked at once anyway).
+        start = len(prefix)
+        names = [key[start:] for key in keys]
+        if "/" not in "\x00".join(names):  # keys cannot hold NUL
+            return names
+        return {name.partition("/")[0] for name in names}
 
     def _getsize_key(self, key: str) -> int:
         return self._index[key].file_size
