@@ -85,3 +85,25 @@ def open_for_writing(cls, path: str, kwargs: dict) -> str:
         return f"{type(error).__name__}: {error}"
     store.close()
     return "opened"
+
+
+def add_ones_from(target, regions: list[tuple[int, int]], rounds: int, start_at: float) -> int:
+    """From ``start_at`` (``time.time()``) on, add 1 to each region ``rounds`` times.
+
+    ``target`` is a plain zarr array (each ``a[r] = a[r] + 1`` unguarded: the
+    lost updates of zarr-python issue #1224) or a ``synchronized`` proxy (each
+    read-modify-write inside ``proxy.locked``).  The common start makes the
+    writers overlap however long each took to spawn.
+    """
+    import time
+
+    time.sleep(max(0.0, start_at - time.time()))
+    guarded = hasattr(target, "locked")
+    for _ in range(rounds):
+        for start, stop in regions:
+            if guarded:
+                with target.locked(slice(start, stop)):
+                    target[start:stop] = target[start:stop] + 1
+            else:
+                target[start:stop] = target[start:stop] + 1
+    return rounds * len(regions)
