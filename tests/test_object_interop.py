@@ -1,0 +1,172 @@
+"""Arrays on S3 shared with other libraries' S3 stores, both ways, on the moto emulator.
+
+- zarr-python 2.18's ``FSStore`` (s3fs), run in its own environment
+  (``ZSTORES_ZARR2_PYTHON``): what it writes reads through ``S3Store``, and
+  what zarr writes through ``S3Store`` reads in it;
+- zarr-python 3's ``FsspecStore`` (s3fs) and ``ObjectStore`` (obstore), in
+  formats 2 and 3, both ways;
+- tensorstore's ``s3`` kvstore (endpoint override, credentials from the
+  environment) reads arrays written through ``S3Store`` in formats 2 and 3.
+
+The layout is the same for all (one object per key under the prefix), so each
+test also checks that both sides list the same keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from zstores.stores.objectstore import S3Store
+
+from object_urls import S3_KEY_ID, S3_REGION, S3_SECRET, new_s3_bucket, s3_env, s3_options
+
+pytest.importorskip("obstore")
+zarr = pytest.importorskip("zarr", minversion="3")
+from zstores.adapters import zarr_store  # noqa: E402 - needs zarr
+
+pytestmark = pytest.mark.timeout(300)
+
+SHAPE, CHUNKS = (37, 45), (16, 20)  # edge chunks cut short on both axes
+
+
+def sample() -> np.ndarray:
+    return (np.arange(SHAPE[0] * SHAPE[1], dtype="<i4").reshape(SHAPE) * 7) % 1000 - 300
+
+
+def digest(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array, dtype="<i4").tobytes()).hexdigest()
+
+
+@pytest.fixture
+def bucket(s3_endpoint: str) -> str:
+    return new_s3_bucket(s3_endpoint)
+
+
+def ours(s3_endpoint: str, bucket: str, prefix: str, mode: str = "a") -> S3Store:
+    return S3Store(f"{bucket}/{prefix}", mode=mode, **s3_options(s3_endpoint))
+
+
+def write_ours(s3_endpoint: str, bucket: str, prefix: str, zarr_format: int) -> None:
+    """A group with an attribute and array ``x`` (blosc or zstd), through S3Store."""
+    with ours(s3_endpoint, bucket, prefix, mode="w") as store:
+        group = zarr.open_group(zarr_store(store), mode="w", zarr_format=zarr_format)
+        group.attrs["source"] = "zstores"
+        x = group.create_array("x", shape=SHAPE, chunks=CHUNKS, dtype="<i4", fill_value=0)
+        x[...] = sample()
+
+
+def read_ours(s3_endpoint: str, bucket: str, prefix: str) -> tuple[np.ndarray, dict, set]:
+    with ours(s3_endpoint, bucket, prefix, mode="r") as store:
+        group = zarr.open_group(zarr_store(store), mode="r")
+        return group["x"][...], dict(group.attrs), set(store)
+
+
+# ------------------------------------------------------------ zarr-python 2.18
+ZARR2_STORAGE = """
+import s3fs, zarr
+storage = dict(key=key, secret=secret, client_kwargs=dict(endpoint_url=endpoint,
+                                                           region_name=region))
+store = zarr.storage.FSStore(f"s3://{bucket}/{prefix}", **storage)
+"""
+
+
+@pytest.mark.parametrize("separator", [".", "/"])
+def test_zarr2_fsstore_writes_and_s3store_reads(zarr2, s3_endpoint: str, bucket: str,
+                                                separator: str) -> None:
+    keys = zarr2.run(ZARR2_STORAGE + """
+import numpy as np, numcodecs
+root = zarr.group(store=store, overwrite=True)
+root.attrs["source"] = "zarr 2"
+data = (np.arange(shape[0] * shape[1], dtype="<i4").reshape(shape) * 7) % 1000 - 300
+x = root.create_dataset("x", shape=shape, chunks=chunks, dtype="<i4",
+                        compressor=numcodecs.Blosc("zstd", 3), dimension_separator=separator)
+x[...] = data
+result = sorted(store.keys())
+""", key=S3_KEY_ID, secret=S3_SECRET, endpoint=s3_endpoint, region=S3_REGION, bucket=bucket,
+        prefix="from-zarr2", shape=list(SHAPE), chunks=list(CHUNKS), separator=separator)
+    data, attrs, listed = read_ours(s3_endpoint, bucket, "from-zarr2")
+    np.testing.assert_array_equal(data, sample())
+    assert attrs == {"source": "zarr 2"}
+    assert listed == set(keys)
+    assert "x/2/2" in listed if separator == "/" else "x/2.2" in listed
+
+
+def test_s3store_writes_and_zarr2_fsstore_reads(zarr2, s3_endpoint: str, bucket: str) -> None:
+    write_ours(s3_endpoint, bucket, "from-zstores", zarr_format=2)
+    seen = zarr2.run(ZARR2_STORAGE + """
+import hashlib, numpy as np
+root = zarr.open_group(store=store, mode="r")
+x = root["x"][...]
+result = [hashlib.sha256(np.ascontiguousarray(x, dtype="<i4").tobytes()).hexdigest(),
+          dict(root.attrs), sorted(store.keys())]
+""", key=S3_KEY_ID, secret=S3_SECRET, endpoint=s3_endpoint, region=S3_REGION, bucket=bucket,
+        prefix="from-zstores")
+    assert seen[0] == digest(sample()) and seen[1] == {"source": "zstores"}
+    with ours(s3_endpoint, bucket, "from-zstores", mode="r") as store:
+        assert set(seen[2]) == set(store)
+
+
+# ------------------------------------------------------------- zarr-python 3
+def fsspec_store(s3_endpoint: str, bucket: str, prefix: str, read_only: bool = False) -> Any:
+    pytest.importorskip("s3fs")
+    return zarr.storage.FsspecStore.from_url(
+        f"s3://{bucket}/{prefix}", read_only=read_only,
+        storage_options={"key": S3_KEY_ID, "secret": S3_SECRET, "asynchronous": True,
+                         "client_kwargs": {"endpoint_url": s3_endpoint,
+                                           "region_name": S3_REGION}})
+
+
+def obstore_store(s3_endpoint: str, bucket: str, prefix: str, read_only: bool = False) -> Any:
+    from obstore.store import S3Store as ObstoreS3
+
+    inner = ObstoreS3(bucket, prefix=prefix, endpoint=s3_endpoint, access_key_id=S3_KEY_ID,
+                      secret_access_key=S3_SECRET, region=S3_REGION,
+                      client_options={"allow_http": True})
+    return zarr.storage.ObjectStore(inner, read_only=read_only)
+
+
+PEERS = {"FsspecStore": fsspec_store, "ObjectStore": obstore_store}
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("peer", sorted(PEERS))
+def test_zarr3_peer_stores_and_s3store_read_each_other(peer: str, zarr_format: int,
+                                                       s3_endpoint: str, bucket: str) -> None:
+    theirs = PEERS[peer](s3_endpoint, bucket, "from-peer")
+    group = zarr.open_group(theirs, mode="w", zarr_format=zarr_format)
+    group.attrs["source"] = peer
+    group.create_array("x", shape=SHAPE, chunks=CHUNKS, dtype="<i4", fill_value=0)[...] = sample()
+    data, attrs, listed = read_ours(s3_endpoint, bucket, "from-peer")
+    np.testing.assert_array_equal(data, sample())
+    assert attrs == {"source": peer}
+    write_ours(s3_endpoint, bucket, "from-zstores", zarr_format)
+    reader = zarr.open_group(PEERS[peer](s3_endpoint, bucket, "from-zstores", read_only=True),
+                             mode="r")
+    np.testing.assert_array_equal(reader["x"][...], sample())
+    assert dict(reader.attrs) == {"source": "zstores"}
+    documents = {"zarr.json", "x/zarr.json"} if zarr_format == 3 else {".zgroup", "x/.zarray"}
+    with ours(s3_endpoint, bucket, "from-zstores", mode="r") as store:
+        assert documents <= set(store)
+    assert documents <= listed
+
+
+# ----------------------------------------------------------------- tensorstore
+@pytest.mark.parametrize("driver,zarr_format", [("zarr", 2), ("zarr3", 3)])
+def test_tensorstore_s3_kvstore_reads_what_s3store_wrote(driver: str, zarr_format: int,
+                                                         s3_endpoint: str, bucket: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    ts = pytest.importorskip("tensorstore")
+    write_ours(s3_endpoint, bucket, "for-tensorstore", zarr_format)
+    for name, value in s3_env(s3_endpoint).items():
+        monkeypatch.setenv(name, value)  # tensorstore's credentials: AWS's variables
+    spec = {"driver": driver,
+            "kvstore": {"driver": "s3", "bucket": bucket, "path": "for-tensorstore/x/",
+                        "endpoint": s3_endpoint, "aws_region": S3_REGION,
+                        "aws_credentials": {"type": "environment"}}}
+    array = ts.open(spec, open=True, read=True).result()
+    assert tuple(array.shape) == SHAPE
+    np.testing.assert_array_equal(array.read().result(), sample())
