@@ -77,3 +77,12 @@ def test_bench_fuse_smoke(tmp_path: Path) -> None:
     assert "| small files, 8 threads, cold | files/s |" in out
     if REQUIRE_PEERS:
         assert "| zfuse read-write | zfuse read-only | ratarmount |" in out
+
+
+def test_bench_objects_smoke(s3_endpoint: str) -> None:
+    zarr2 = os.environ.get("ZSTORES_ZARR2_PYTHON", str(ROOT / ".venv-zarr2" / "bin" / "python"))
+    out = run_smoke(sys.executable, "bench_objects.py", "--zarr2-python", zarr2,
+                    env={"ZSTORES_TEST_S3_ENDPOINT": s3_endpoint})
+    assert "| 20 x 4 KiB | getitems | values/s |" in out
+    if REQUIRE_PEERS:
+        assert "| zstores | zarr2-fsspec | zarr3-fsspec | zarr3-obstore | raw-obstore |" in out
