@@ -6,7 +6,7 @@ ZSTORES_TEST_GCS_ENDPOINT, ZSTORES_TEST_AZURE_ENDPOINT and
 ZSTORES_TEST_HTTP_URL (+ ZSTORES_TEST_HTTP_DIR, the folder it serves).  When
 a variable is set nothing here skips.  Every test gets a bucket of its own;
 the raw hooks of StoreTests read and write it with each service's own client
-library (boto3, google-cloud-storage, azure-storage-blob), never the store.
+library (botocore, google-cloud-storage, azure-storage-blob), never the store.
 
 What an emulator does not prove: real consistency and rate limits, real
 credentials and policies, multipart limits of the real services.
@@ -78,9 +78,13 @@ def prefix_for(location: Path) -> str:
 
 # ---------------------------------------------------------------- S3 (moto)
 def boto3_client(url: str):
-    boto3 = pytest.importorskip("boto3")
-    return boto3.client("s3", endpoint_url=url, aws_access_key_id=S3_KEY_ID,
-                        aws_secret_access_key=S3_SECRET, region_name="us-east-1")
+    # botocore (boto3's engine, which s3fs installs at the version it pins): the same
+    # client calls, without boto3, whose own botocore pin made pip backtrack for minutes
+    import botocore.session
+
+    return botocore.session.get_session().create_client(
+        "s3", endpoint_url=url, aws_access_key_id=S3_KEY_ID,
+        aws_secret_access_key=S3_SECRET, region_name="us-east-1")
 
 
 def s3_options(url: str) -> dict:
