@@ -363,6 +363,9 @@ class RedisStore(Store):
                 "RedisStore needs a client with decode_responses=False (values are bytes)")
         self._range = self._client.register_script(_RANGE_SCRIPT)
         self._stat_script = self._client.register_script(_STAT_SCRIPT)
+        # Made now (no connection until a commit), not at the first commit:
+        # two threads committing at once would each make one.
+        self._committer = self._commit_client(redis)
         try:
             self._ping()
             if self._mode in ("r", "r+", "w-"):
@@ -606,7 +609,7 @@ class RedisStore(Store):
         read = list(changes.reads)
         names = [self._base + key for key in read]
         for _ in range(_COMMIT_ATTEMPTS):
-            with self._commit_client().pipeline(transaction=True) as pipe:
+            with self._committer.pipeline(transaction=True) as pipe:
                 try:
                     if names:
                         pipe.watch(*names)
@@ -642,7 +645,7 @@ class RedisStore(Store):
             for group in _groups_by_size(written, _MSET_BYTES):
                 pipe.mset({self._base + key: value for key, value in group})
 
-    def _commit_client(self) -> Any:
+    def _commit_client(self, redis: Any) -> Any:
         """A client on the store's server whose connections never retry a command.
 
         redis-py retries a ``MULTI``/``EXEC`` whose connection failed (a
@@ -651,15 +654,12 @@ class RedisStore(Store):
         second time, over what other clients committed since.  A commit is
         sent once; a lost connection is ``StoreConnectionError``.
         """
-        if self._committer is None:
-            redis = _import_redis()
-            pool = self._client.connection_pool
-            options = dict(pool.connection_kwargs)
-            options.update(retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
-                           retry_on_error=[], retry_on_timeout=False)
-            self._committer = redis.Redis(connection_pool=pool.__class__(
-                connection_class=pool.connection_class, **options))
-        return self._committer
+        pool = self._client.connection_pool
+        options = dict(pool.connection_kwargs)
+        options.update(retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+                       retry_on_error=[], retry_on_timeout=False)
+        return redis.Redis(connection_pool=pool.__class__(
+            connection_class=pool.connection_class, **options))
 
     # ------------------------------------------------------------- lifecycle
     @network_errors_as
