@@ -39,7 +39,14 @@ from zstores.stores.objectstore import AzureStore, GCSStore, HTTPStore, S3Store
 from zstores.testing import StoreTests
 
 from conftest import missing_peer
-from servers import MotoS3Server, chain_text, create_s3_bucket, free_port
+from servers import (
+    AZURITE_KEY,
+    MotoS3Server,
+    chain_text,
+    create_azure_container,
+    create_s3_bucket,
+    free_port,
+)
 
 pytest.importorskip("obstore")
 
@@ -55,8 +62,6 @@ S3_KEY_ID = "zstores-test-key-id"
 S3_SECRET = "zstores-test-secret-7f3a9c"
 GCS_TOKEN = "zstores-test-gcs-token-51d0"
 AZURITE_ACCOUNT = "devstoreaccount1"
-AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
-               "K1SZFPTOtr/KBHBeksoGMGw==")
 
 
 def endpoint(variable: str) -> str:
@@ -163,6 +168,101 @@ class TestS3Store(ObjectStoreTests):
 
     def raw_set(self, store, key, value):
         self.client.put_object(Bucket=self.bucket, Key=self.raw_name(store, key), Body=value)
+
+
+# ------------------------------------------------------- Azure Blob (Azurite)
+@pytest.fixture
+def azure_container():
+    url = endpoint("ZSTORES_TEST_AZURE_ENDPOINT")
+    blob = pytest.importorskip("azure.storage.blob")
+    service = blob.BlobServiceClient(url, credential={"account_name": AZURITE_ACCOUNT,
+                                                      "account_key": AZURITE_KEY})
+    container = unique_bucket()
+    create_azure_container(url, container)
+    client = service.get_container_client(container)
+    yield url, client, container
+    client.delete_container()
+    service.close()
+
+
+def azure_options(url: str) -> dict:
+    return {"endpoint_url": url, "account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY}
+
+
+class TestAzureStore(ObjectStoreTests):
+    @pytest.fixture(autouse=True)
+    def _container(self, azure_container):
+        self.url, self.client, self.container = azure_container
+
+    def open_store(self, location, mode="a"):
+        return AzureStore(f"{self.container}/{prefix_for(location)}", mode=mode,
+                          **azure_options(self.url))
+
+    def raw_get(self, store, key):
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            return self.client.download_blob(self.raw_name(store, key)).readall()
+        except ResourceNotFoundError:
+            return None
+
+    def raw_set(self, store, key, value):
+        self.client.upload_blob(self.raw_name(store, key), value, overwrite=True)
+
+
+def test_azure_wrong_key_is_a_permission_error(azure_container):
+    url, _, container = azure_container
+    wrong = "A" * 8 + AZURITE_KEY[8:]
+    with pytest.raises(StoreAccessError) as info:
+        AzureStore(f"{container}/p", endpoint_url=url, account_name=AZURITE_ACCOUNT,
+                   account_key=wrong)
+    assert wrong not in chain_text(info.value)
+
+
+# ------------------------------------------------------------------------ HTTP
+@pytest.fixture
+def http_site():
+    url = endpoint("ZSTORES_TEST_HTTP_URL")
+    root = Path(os.environ.get("ZSTORES_TEST_HTTP_DIR") or missing_peer(
+        "ZSTORES_TEST_HTTP_DIR is not set: the HTTP server's folder is unknown"))
+    site = "site-" + uuid.uuid4().hex[:12]
+    files = {"a/.zgroup": b'{"zarr_format": 2}', "a/x/0.0": bytes(range(100)),
+             "with space/é": b"unicode", "empty": b""}
+    for key, value in files.items():
+        path = root / site / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(value)
+    return f"{url}/{site}", files
+
+
+def test_http_store_reads_keys_ranges_and_batches(http_site):
+    url, files = http_site
+    with open_store(url, mode="r") as store:
+        assert isinstance(store, HTTPStore) and store.read_only
+        for key, value in files.items():
+            assert store[key] == value
+            assert store.stat(key) == len(value)
+            assert store.get_range(key, 1, 3) == value[1:4]
+            assert store.get_range(key, -3) == value[-3:]
+        assert store.get_range("a/x/0.0", 98, 10) == bytes([98, 99])
+        assert store.getitems([*files, "missing"]) == files
+        assert "missing" not in store and store.stat("missing") is None
+        with pytest.raises(KeyError):
+            store["missing"]
+        with pytest.raises(ReadOnlyError):
+            store["new"] = b"1"
+        with pytest.raises(UnsupportedOperationError, match="HTTPStore"):
+            store.listdir()  # a plain file server answers no PROPFIND
+        clone = pickle.loads(pickle.dumps(store))
+        assert clone == store and clone["empty"] == b""
+        clone.close()
+
+
+def test_http_dead_server_is_a_connection_error():
+    start = time.monotonic()
+    with pytest.raises(StoreConnectionError, match="HTTPStore"):
+        HTTPStore(f"http://127.0.0.1:{free_port()}/data", mode="r", connect_timeout=2)
+    assert time.monotonic() - start < 10
 
 
 # --------------------------------------------------------------- S3 specifics
