@@ -88,12 +88,11 @@ def classify(error: BaseException) -> str:
     code = int(status.group(1)) if status else 0
     if code in (401, 403):
         return "denied"
-    if code == 416 or "but object was only" in text:  # obstore's own check of a range
+    if code == 416:
         return "range"
     if code in (429, 503):
         return "throttled"
-    if "non-partial response" in text or "NotPartial" in text \
-            or "Range request not supported" in text:  # a 200 to a range: the whole value
+    if "non-partial response" in text or "NotPartial" in text:
         return "not_partial"
     if name == "NotSupportedError" or code in (405, 501):
         return "unsupported"
@@ -128,10 +127,13 @@ class ObstoreEngine:
         Requests in flight at once in a batch.
     suffix_ranges : bool
         The service answers ``bytes=-n`` (Azure does not: a HEAD first).
+    bulk_delete : bool
+        Delete many objects with the service's bulk request (S3's
+        ``DeleteObjects``); otherwise with concurrent single DELETEs.
     """
 
     def __init__(self, store: Any, probe: Any, *, max_concurrency: int,
-                 suffix_ranges: bool = True) -> None:
+                 suffix_ranges: bool = True, bulk_delete: bool = True) -> None:
         self._obstore = import_obstore("s3")
         self.driver_errors = (self._obstore.exceptions.BaseError, FileNotFoundError)
         self.classify = classify
@@ -139,6 +141,7 @@ class ObstoreEngine:
         self.probe = probe
         self.max_concurrency = max_concurrency
         self.suffix_ranges = suffix_ranges
+        self.bulk_delete = bulk_delete
         self._pool_lock = threading.Lock()
         self._threads: ThreadPoolExecutor | None = None
         self._threads_pid = 0
@@ -206,17 +209,24 @@ class ObstoreEngine:
         """Delete objects; missing ones are no error (bulk deletes where the service has them)."""
         if not paths:
             return
+        if len(paths) == 1 or not self.bulk_delete:
+            # One path as a str: a list, even of one, is a bulk request.
+            self._each(self._delete_one, [(path,) for path in paths])
+            return
         try:
             self._obstore.delete(self.store, paths)
         except FileNotFoundError as error:
             if not _is_missing(error):
                 raise
             for path in paths:  # one was missing: the service stops there; go one by one
-                try:
-                    self._obstore.delete(self.store, path)
-                except FileNotFoundError as inner:
-                    if not _is_missing(inner):
-                        raise
+                self._delete_one(path)
+
+    def _delete_one(self, path: str) -> None:
+        try:
+            self._obstore.delete(self.store, path)
+        except FileNotFoundError as error:
+            if not _is_missing(error):
+                raise
 
     def copy(self, source: str, target: str) -> None:
         self._obstore.copy(self.store, source, target, overwrite=True)
