@@ -209,8 +209,10 @@ class ObstoreEngine:
         """Delete objects; missing ones are no error (bulk deletes where the service has them)."""
         if not paths:
             return
-        if len(paths) == 1 or not self.bulk_delete:
-            # One path as a str: a list, even of one, is a bulk request.
+        if len(paths) == 1:  # as a str: a list, even of one, is a bulk request
+            self._delete_one(paths[0])
+            return
+        if not self.bulk_delete:
             self._each(self._delete_one, [(path,) for path in paths])
             return
         try:
