@@ -88,11 +88,12 @@ def classify(error: BaseException) -> str:
     code = int(status.group(1)) if status else 0
     if code in (401, 403):
         return "denied"
-    if code == 416:
+    if code == 416 or "but object was only" in text:  # obstore's own check of a range
         return "range"
     if code in (429, 503):
         return "throttled"
-    if "non-partial response" in text or "NotPartial" in text:
+    if "non-partial response" in text or "NotPartial" in text \
+            or "Range request not supported" in text:  # a 200 to a range: the whole value
         return "not_partial"
     if name == "NotSupportedError" or code in (405, 501):
         return "unsupported"
