@@ -196,12 +196,19 @@ def test_cp_if_exists_modes(tmp_path: Path) -> None:
     assert contents(dst) == written
 
 
+ROWS = 100_000  # chunks in the store test_cp_interrupted_by_sigint_resumes_and_verifies copies
+
+
 @pytest.fixture(scope="module")
 def many_rows(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
-    """An SQLite store of 20,000 small chunks plus .zarray: a copy that takes a while."""
+    """An SQLite store of 100,000 small chunks plus .zarray: a copy that takes a while.
+
+    (20,000 chunks copied in about a second once SQLite reads got faster: on a loaded
+    machine the whole copy ended before the test's SIGINT reached it.)
+    """
     url = f"sqlite://{tmp_path_factory.mktemp('rows')}/rows.sqlite"
-    write_rows(url, 20_000)
-    return url, 20_001
+    write_rows(url, ROWS)
+    return url, ROWS + 1
 
 
 class _StderrWatcher(threading.Thread):
@@ -241,7 +248,7 @@ def test_cp_interrupted_by_sigint_resumes_and_verifies(kind: str, tmp_path: Path
     messages = [line.strip() for line in re.split(r"[\r\n]", watcher.text) if "zstores" in line]
     assert len(messages) == 1 and "Traceback" not in watcher.text
     assert re.fullmatch(r"zstores cp: interrupted: copied [0-9,]+ keys \(.*\) and found 0 "
-                        r"identical keys of 20,001 before Ctrl-C; run the same command again "
+                        rf"identical keys of {total:,} before Ctrl-C; run the same command again "
                         r"to finish \(keys already copied are skipped\)", messages[0])
     source = contents(src)
     partial = contents(dst)  # only whole values, each exactly the source's
@@ -254,7 +261,7 @@ def test_cp_interrupted_by_sigint_resumes_and_verifies(kind: str, tmp_path: Path
     assert f"{total:,} of {total:,} keys verified" in resumed.out
     assert contents(dst) == source
     checked = zstores_cmd("verify", dst, "--jobs", "2")
-    assert checked.code == 0 and "20,000 of 20,000 chunks decoded" in checked.out
+    assert checked.code == 0 and f"{ROWS:,} of {ROWS:,} chunks decoded" in checked.out
 
 
 # ------------------------------------------------------------------- verify
