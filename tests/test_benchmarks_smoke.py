@@ -86,3 +86,13 @@ def test_bench_objects_smoke(s3_endpoint: str) -> None:
     assert "| 20 x 4 KiB | getitems | values/s |" in out
     if REQUIRE_PEERS:
         assert "| zstores | zarr2-fsspec | zarr3-fsspec | zarr3-obstore | raw-obstore |" in out
+
+
+def test_bench_txn_smoke(tmp_path: Path, redis_url: str) -> None:
+    out = run_smoke(sys.executable, "bench_txn.py", "--dir", str(tmp_path),
+                    "--redis-url", redis_url, "--icechunk-python", ZARR_LATEST_PYTHON)
+    for backend in ("LMDB", "SQLite", "Redis"):
+        assert f"| {backend} | 4 | 0.5 |" in out, backend
+    if REQUIRE_PEERS:
+        header = out.split("| backend | chunks |", 1)[1].splitlines()[0]
+        assert "| transaction / icechunk |" in header
