@@ -15,6 +15,7 @@ import pickle
 import subprocess
 import textwrap
 import threading
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -33,21 +34,24 @@ class BlockingMemoryStore(MemoryStore):
     blocking = True
 
 
-def open_backend(kind: str, tmp_path: Path) -> zstores.Store:
+def open_backend(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> zstores.Store:
     if kind == "memory":
         return MemoryStore()
     if kind == "memory-threads":
         return BlockingMemoryStore()
+    if kind == "redis":
+        return zstores.RedisStore(request.getfixturevalue("redis_url"),
+                                  prefix=f"txn-zarr-{uuid.uuid4().hex}", mode="w")
     return zstores.open_store(f"{kind}://{tmp_path / ('data.' + kind)}")
 
 
-@pytest.fixture(params=["memory", "memory-threads", "lmdb", "sqlite"])
+@pytest.fixture(params=["memory", "memory-threads", "lmdb", "sqlite", "redis"])
 def backend(request, tmp_path):
-    store = open_backend(request.param, tmp_path)
-    if not store.supports_transactions:
-        store.close()
-        pytest.skip(f"{type(store).__name__} has no transactions yet (supports_transactions)")
+    store = open_backend(request.param, tmp_path, request)
+    assert store.supports_transactions, store
     yield store
+    if request.param == "redis":
+        store.clear()  # the test's keys go with it
     store.close()
 
 
@@ -186,10 +190,8 @@ def test_url_with_transaction_true_refuses_and_closes(tmp_path):
 # --------------------------------------------------------------- snapshots
 @pytest.fixture(params=["memory", "lmdb", "sqlite"])
 def snapshot_backend(request, tmp_path):
-    store = open_backend(request.param, tmp_path)
-    if not store.supports_snapshots:
-        store.close()
-        pytest.skip(f"{type(store).__name__} has no snapshots yet (supports_snapshots)")
+    store = open_backend(request.param, tmp_path, request)
+    assert store.supports_snapshots, store
     yield store
     store.close()
 
