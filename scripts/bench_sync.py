@@ -14,7 +14,10 @@
    - zarr-python 3 on zstores through ``synchronized(array, ProcessSynchronizer)``;
    - zarr-python 2.18 on its own stores with its own ``ProcessSynchronizer``.
    Aggregate MB/s is all bytes written over the time from a common start to
-   the last writer's end.
+   the last writer's end.  CPU ms/MB is the writer processes' CPU time (all
+   their threads: zarr-python 3's event loop and store workers too) per MB
+   written: on a shared machine, where a writer waits for a core as long as
+   it runs, it shows what each implementation costs apart from that wait.
 
 Every figure comes from fresh processes (this script re-run as a worker),
 zarr-python 2.18's in the interpreter named by ``--zarr2-python``; the
@@ -24,6 +27,7 @@ the rounds and ratios of medians.
 
     .venv/bin/python scripts/bench_sync.py            # print the tables
     .venv/bin/python scripts/bench_sync.py --record   # and write docs/benchmarks.md
+    .venv/bin/python scripts/bench_sync.py --smoke    # seconds: that it still runs
 """
 
 from __future__ import annotations
@@ -44,12 +48,15 @@ MARK_END = "<!-- bench_sync:end -->"
 
 LOCK_IMPLS = ["zstores-process", "zstores-striped", "zstores-thread", "zstores-redis",
               "zarr2-process", "zarr2-thread"]
-LOCK_KEYS = 2000
 WRITE_IMPLS = ["zarr3-nolock", "zarr3-sync", "zarr2-sync"]
 BACKENDS = ["lmdb", "sqlite", "directory"]
 WRITERS = [1, 2, 4]
-STRIPES = 48  # per run, shared out among the writers
-WIDTH = 1 << 17  # int64 elements per stripe: 1 MiB
+# --smoke: a few small stripes and locks, set in the environment so that the
+# worker processes (this script again, and their spawned writers) see it too.
+SMOKE = os.environ.get("BENCH_SYNC_SMOKE") == "1"
+LOCK_KEYS = 50 if SMOKE else 2000
+STRIPES = 8 if SMOKE else 48  # per run, shared out among the writers
+WIDTH = 1 << (10 if SMOKE else 17)  # int64 elements per stripe: 1 MiB (8 KiB)
 CHUNK = WIDTH - 1
 
 
@@ -89,7 +96,10 @@ def make_synchronizer(impl: str, folder: str, redis_url: str | None):
 
 # =========================================================== throughput worker
 def write_worker(impl: str, backend: str, folder: str) -> dict[str, float]:
-    """Seconds for each number of writers, in a pool of warmed spawned processes."""
+    """Seconds, and CPU seconds of the writers (``cpu<n>``), for each number of writers.
+
+    The writers are a pool of warmed spawned processes.
+    """
     import multiprocessing
 
     seconds = {}
@@ -101,7 +111,8 @@ def write_worker(impl: str, backend: str, folder: str) -> dict[str, float]:
             arguments = [(target, list(range(w, STRIPES, writers)), start_at)
                          for w in range(writers)]
             ends = pool.starmap_async(write_stripes, arguments, chunksize=1).get(1800)
-            seconds[str(writers)] = max(ends) - start_at
+            seconds[str(writers)] = max(end for end, _ in ends) - start_at
+            seconds[f"cpu{writers}"] = sum(cpu for _, cpu in ends)
         pool.close()
         pool.join()
     return seconds
@@ -114,14 +125,16 @@ def warm_up(_: int) -> None:
     time.sleep(0.2)  # hold this worker so that every worker gets one warm-up
 
 
-def write_stripes(target, stripes: list[int], start_at: float) -> float:
+def write_stripes(target, stripes: list[int], start_at: float) -> tuple[float, float]:
+    """Write the stripes from ``start_at``; the time at the end and the CPU seconds taken."""
     import numpy as np
 
     values = np.arange(WIDTH, dtype="i8")
     time.sleep(max(0.0, start_at - time.time()))
+    cpu = time.process_time()  # every thread of this process: zarr's own ones too
     for stripe in stripes:
         target[stripe * WIDTH:(stripe + 1) * WIDTH] = values
-    return time.time()
+    return time.time(), time.process_time() - cpu
 
 
 def make_target(impl: str, backend: str, folder: Path):
@@ -244,30 +257,38 @@ def write_table(
     megabytes = STRIPES * WIDTH * 8 / 1e6
     lines = [
         (
-            f"Aggregate write throughput (MB/s; higher is better), {megabytes:.0f} MB in "
-            f"{STRIPES} chunk-unaligned 1 MiB stripes over chunks of {CHUNK:,}, median of "
-            f"{rounds} rounds.  \"locks' cost\": synchronized over unsynchronized speed; "
-            "\"vs zarr 2.18\": zstores-synchronized zarr 3 over zarr-python 2.18 with its "
-            "ProcessSynchronizer on its own store (above 1.0: faster)."
+            f"Aggregate write throughput (MB/s; higher is better), {megabytes:.3g} MB in "
+            f"{STRIPES} chunk-unaligned stripes of {WIDTH * 8 >> 10:,} KiB over chunks of "
+            f"{CHUNK:,} elements, median of "
+            f"{rounds} rounds, and the writers' CPU time per MB (ms; lower is better; every "
+            "thread of the writer processes).  \"locks' cost\": synchronized over "
+            "unsynchronized speed; \"vs zarr 2.18\": zstores-synchronized zarr 3 over "
+            "zarr-python 2.18 with its ProcessSynchronizer on its own store, by speed and by "
+            "CPU time (above 1.0: faster, or less CPU)."
         ),
         "",
         (
             "| backend | writers | zarr 3, no locks | zarr 3 + zstores sync | zarr 2.18 + its sync "
-            "| locks' cost | vs zarr 2.18 |"
+            "| locks' cost | vs zarr 2.18 | CPU ms/MB: zarr 3, no locks | zarr 3 + zstores sync "
+            "| zarr 2.18 + its sync | vs zarr 2.18 (CPU) |"
         ),
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for backend in backends:
         for writers in WRITERS:
-            rate = {}
+            rate, cpu = {}, {}
             for impl in WRITE_IMPLS:
                 seconds = medians.get((backend, str(writers), impl))
                 rate[impl] = megabytes / seconds if seconds else None
+                used = medians.get((backend, f"cpu{writers}", impl))
+                cpu[impl] = used * 1000 / megabytes if used else None
             cells = [f"{rate[i]:,.0f}" if rate[i] else "n/a" for i in WRITE_IMPLS]
+            cpu_cells = [f"{cpu[i]:,.2f}" if cpu[i] else "n/a" for i in WRITE_IMPLS]
             lines.append(
                 f"| {backend} | {writers} | {' | '.join(cells)} | "
                 f"{ratio(rate['zarr3-sync'], rate['zarr3-nolock'])} | "
-                f"{ratio(rate['zarr3-sync'], rate['zarr2-sync'])} |"
+                f"{ratio(rate['zarr3-sync'], rate['zarr2-sync'])} | {' | '.join(cpu_cells)} | "
+                f"{ratio(cpu['zarr2-sync'], cpu['zarr3-sync'])} |"
             )
     return "\n".join(lines)
 
@@ -308,7 +329,17 @@ def main() -> None:
                              "(default $ZSTORES_TEST_REDIS_URL)")
     parser.add_argument("--record", action="store_true",
                         help="write the tables to docs/benchmarks.md")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few small stripes, one round: that it all still runs")
     args = parser.parse_args()
+    if args.smoke:
+        if args.record:
+            parser.error("--smoke figures are not worth recording")
+        if not SMOKE:  # again, with the sizes of a smoke run
+            os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]],
+                      {**os.environ, "BENCH_SYNC_SMOKE": "1"})
+        args.rounds = 1
+        args.backends = args.backends[:1]  # the others run the same code
     text = "\n\n".join([
         "### Synchronizers (`scripts/bench_sync.py`)",
         lock_table(measure_locks(args), args.rounds),

@@ -70,6 +70,15 @@ def test_bench_stores_smoke(redis_url: str, mongodb_url: str) -> None:
         assert f"| {backend} | tiny, nested folder | listdir | 20 |" in out, backend
 
 
+def test_bench_sync_smoke(redis_url: str) -> None:
+    zarr2 = os.environ.get("ZSTORES_ZARR2_PYTHON", str(ROOT / ".venv-zarr2" / "bin" / "python"))
+    out = run_smoke(sys.executable, "bench_sync.py", "--zarr2-python", zarr2,
+                    "--redis-url", redis_url)
+    for synchronizer in ("zstores-process", "zstores-redis", "zarr2-process"):
+        assert f"| {synchronizer} |" in out, synchronizer
+    assert "| lmdb | 4 |" in out and "n/a" not in out
+
+
 def test_bench_fuse_smoke(tmp_path: Path) -> None:
     require_fuse()
     out = run_smoke(sys.executable, "bench_fuse.py", "--dir", str(tmp_path))
