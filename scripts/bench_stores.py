@@ -44,7 +44,7 @@ IMPLS = ["zstores", "zarr2", "raw"]
 # size 2 the listdir of a nested array folder (bench_worker.NESTED_FOLDER: that
 # many folders of 10 chunk keys each).
 TINY, NESTED = 1, 2
-LISTINGS = [(TINY, 100_000), (NESTED, 1000)]
+LISTINGS = [(TINY, 1000), (TINY, 100_000), (NESTED, 1000)]
 WORKLOADS = [(64 << 10, 1000), (1 << 20, 100), *LISTINGS]
 # Servers on loopback: small values, where round trips dominate, and large ones.
 NETWORK_WORKLOADS = [(4 << 10, 1000), (1 << 20, 100), *LISTINGS]
@@ -178,7 +178,8 @@ def table(medians: dict[tuple, float], rounds: int) -> str:
 
 def table_rows(medians: dict[tuple, float]) -> list[str]:
     lines = []
-    rows = sorted({key[:4] for key in medians}, key=lambda k: (BACKENDS.index(k[0]), -k[1], k[3]))
+    rows = sorted({key[:4] for key in medians},
+                  key=lambda k: (BACKENDS.index(k[0]), -k[1], k[3], k[2]))
     for backend, size, count, op in rows:
         seconds = {impl: medians.get((backend, size, count, op, impl))
                    for impl in [*IMPLS, "zarr2-copy"]}
@@ -230,11 +231,11 @@ def record(text: str, backends: list[str]) -> None:
 
 
 def row_order(line: str) -> tuple:
-    """Backends in BACKENDS' order, then larger values first, then op (as table_rows)."""
-    backend, values, op, _ = row_key(line)
+    """Backends in BACKENDS' order, then larger values first, op, keys (as table_rows)."""
+    backend, values, op, keys = row_key(line)
     sizes = {"tiny": 1, "tiny, nested folder": 2}
     size = sizes.get(values) or int(values.split()[0]) << (20 if "MiB" in values else 10)
-    return BACKENDS.index(backend), -size, op
+    return BACKENDS.index(backend), -size, op, int(keys.replace(",", ""))
 
 
 def main() -> None:
@@ -248,7 +249,8 @@ def main() -> None:
     parser.add_argument("--record", action="store_true",
                         help="write the table to docs/benchmarks.md")
     parser.add_argument("--listings-only", action="store_true",
-                        help="only the listdir figures of 100,000 keys and a nested array folder")
+                        help="only the listdir figures of 1,000 and 100,000 tiny keys and a nested "
+                        "array folder")
     parser.add_argument("--smoke", action="store_true",
                         help="a few keys of each kind, one round: that it all still runs")
     parser.add_argument("--require-peers", action="store_true",

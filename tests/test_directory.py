@@ -246,9 +246,13 @@ def test_stray_temp_files_are_invisible(cls, root: Path) -> None:
         (root / folder / stray_temp_name(len(folder))).write_bytes(b"half-written")
     assert sorted(store) == ["a/b", "c"]
     assert len(store) == 2
-    assert store.listdir() == ["a", "c"]  # "ghost" holds no key
+    # listdir lists sub-folders without looking inside (one scandir, as
+    # zarr-python 2 and 3 list a folder): "ghost", left by a crashed write,
+    # shows as a name with no key below it, as in those libraries.
+    assert store.listdir() == ["a", "c", "ghost"]
     assert store.listdir("a") == ["b"]
-    assert store.listdir("ghost") == []
+    assert store.listdir("ghost") == ["deeper"] and store.listdir("ghost/deeper") == []
+    assert store.list_prefix("ghost") == [] and "ghost" not in store
     assert store.getsize() == 6 and store.getsize("a") == 5 and store.getsize("ghost") == 0
     assert store.getitems(["a/b", "ghost"]) == {"a/b": b"12345"}
     assert stray_temp_name(0) not in store
@@ -431,6 +435,42 @@ def test_deleting_the_last_key_prunes_empty_folders(cls, root: Path) -> None:
     store.rmdir("s/t")
     assert disk_tree(root) == ["u", "u/v"]
     assert store.listdir() == ["u"]
+
+
+def test_listdir_reads_one_folder_only(cls, root: Path, monkeypatch) -> None:
+    # A nested array's folder (here 300 chunk rows) lists with one scandir and
+    # no open of a sub-folder: looking into each made it 50x slower than
+    # zarr-python 2's one os.listdir.
+    store = cls(root)
+    store.setitems({f"arr/{i}/{j}": b"x" for i in range(300) for j in range(3)})
+    store["arr/.zarray"] = b"{}"
+    scans: list[object] = []
+    real_scandir = os.scandir
+
+    def counted_scandir(path):
+        scans.append(path)
+        return real_scandir(path)
+
+    monkeypatch.setattr(directory.os, "scandir", counted_scandir)
+    names = store.listdir("arr")
+    assert names == sorted([".zarray", *map(str, range(300))])
+    assert len(scans) == 1
+    assert store.listdir("arr/7") == ["0", "1", "2"] and len(scans) == 2
+
+
+def test_a_folder_in_a_listing_holds_keys_after_deletes(cls, root: Path) -> None:
+    # What lets listdir list sub-folders unseen: every way of removing keys
+    # removes the folders it empties, so listdir agrees with the keys.
+    store = cls(root)
+    store.setitems({f"g/{i}/{j}/k": b"x" for i in range(4) for j in range(2)})
+    del store["g/0/0/k"]
+    store.delitems(["g/0/1/k", "g/1/0/k"])
+    store.rename("g/2", "h/2")
+    store.rmdir("g/3/1")
+    keys = list(store)
+    below = {key.split("/")[1] for key in keys if key.startswith("g/")}
+    assert store.listdir("g") == sorted(below) == ["1", "3"]
+    assert store.listdir() == ["g", "h"]
 
 
 def test_writer_and_pruner_race_in_the_same_folder(cls, root: Path) -> None:

@@ -243,7 +243,10 @@ def test_listings_and_sizes_skip_links(planted: Store, cls, resolver: str) -> No
     assert sorted(planted) == sorted(["real/k", "top", *chunk_folder])
     assert len(planted) == 3
     assert planted.listdir() == ["a", "real", "top"]
-    assert planted.listdir("real") == ["k"]
+    # "real/sub" is a folder another program made, holding only a link: listdir
+    # lists sub-folders without looking inside (docs/architecture.md, Folders).
+    assert planted.listdir("real") == ["k", "sub"]
+    assert planted.listdir("real/sub") == []
     assert planted.listdir("a") == [".zarray"]
     assert planted.getsize() == len(b"inside k") + len(b"inside top") + len(b"{}")
     assert planted.getsize("real") == len(b"inside k")

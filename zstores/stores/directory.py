@@ -15,8 +15,17 @@ faithful key/value mapping:
   (``hierarchical = True``): the conflict is refused, never resolved by
   deleting data as zarr-python 2 did.
 * A folder exists only while it holds a key.  Deleting, moving or removing the
-  last key of a folder removes the emptied folders up to the root; listings
-  treat a folder holding no key (left by another tool, or by a crash) as absent.
+  last key of a folder removes the emptied folders up to the root, and a
+  failed write removes the folders it made; a write whose folder is removed
+  under it (a concurrent delete pruning it) makes it again and retries.  So
+  ``listdir`` lists sub-folders without looking inside them (one ``scandir``,
+  as zarr-python 2 and 3 list a folder with one ``os.listdir``).  A folder
+  holding no key all the same (made by another program, left by zarr-python's
+  own deletes or by a crash between a write's ``mkdir`` and its ``rename``, or
+  seen while a concurrent write is between the two) shows in ``listdir`` with
+  nothing below it, as in zarr-python; every other call (iteration, ``len``,
+  ``list_prefix``, ``getsize``, ``in``) sees keys only, and a key may be
+  written where such a folder stands (it is removed first).
 * Nothing below the root follows a symbolic link.  The root is opened once
   (it may itself be a link: the user chose it) and every path below it is
   resolved one folder at a time from that descriptor with ``O_NOFOLLOW``
@@ -42,6 +51,8 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from itertools import compress
+from operator import attrgetter
 from typing import Any, NoReturn
 
 from ..base import Buffer, Mode, Store
@@ -177,6 +188,30 @@ def _is_file(entry: os.DirEntry[str]) -> bool:
         return False
 
 
+_NAME = attrgetter("name")
+
+
+def _classify(entries: list[os.DirEntry[str]], names: list[str]) -> tuple[list[str], list[str]]:
+    """The names of the regular files and of the folders among ``entries`` (links are neither).
+
+    The common case (no link in the folder) runs as C-level passes over the
+    entries, ``map`` of the unbound ``DirEntry`` methods, which read the
+    types ``scandir`` already has: a Python loop calling a method per entry
+    cost as much as a quarter of a whole listing.  Without links, following
+    them (the methods' default) changes nothing.  A folder with a link, or a
+    file system that reports no types (each method then calls ``lstat``,
+    which may raise ``OSError``), takes the loop with ``follow_symlinks=False``.
+    """
+    if any(map(os.DirEntry.is_symlink, entries)):
+        files = [entry.name for entry in entries if entry.is_file(follow_symlinks=False)]
+        folders = [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+        return files, folders
+    is_file = list(map(os.DirEntry.is_file, entries))
+    if all(is_file):  # a folder of chunks: every entry a key file
+        return names, []
+    return list(compress(names, is_file)), list(compress(names, map(os.DirEntry.is_dir, entries)))
+
+
 def _scan(folder: int, relative: str = "") -> tuple[list[str], list[str], list[str]]:
     """The key files and sub-folders of the open ``folder``, and the names skipped.
 
@@ -186,17 +221,16 @@ def _scan(folder: int, relative: str = "") -> tuple[list[str], list[str], list[s
     names are not valid UTF-8.  Names come in the folder's own order.
 
     Listings are the hot path of ``listdir`` and of walks over many keys, so
-    the entry types come from one pass of C-level calls over ``scandir`` (the
-    types the kernel reports, no system call per entry), and the rare names
+    the entry types come from C-level passes over ``scandir``'s entries
+    (``_classify``: the types the kernel reports, no system call per entry), and the rare names
     (non-ASCII, temporary) are looked for once in the joined names instead of
     name by name.  ``folder`` is the caller's own descriptor (see ``_entries``).
     """
     with os.scandir(folder) as found:
         entries = list(found)
+    names = list(map(_NAME, entries))
     try:
-        files = [entry.name for entry in entries if entry.is_file(follow_symlinks=False)]
-        folders = ([entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
-                   if len(files) < len(entries) else [])
+        files, folders = _classify(entries, names)
     except OSError:
         # No entry types from this file system, and an entry vanished before
         # its lstat: classify entry by entry, leaving out what cannot be looked at.
@@ -236,11 +270,6 @@ def _first_key(folder: int) -> str | None:
         if below is not None:
             return f"{name}/{below}"
     return None
-
-
-def _folder_holds_key(parent: int, name: str) -> bool:
-    """True if sub-folder ``name`` of ``parent`` holds a key (at any depth)."""
-    return _first_key_below(parent, name) is not None
 
 
 def _first_key_below(parent: int, name: str) -> str | None:
@@ -1100,13 +1129,15 @@ class DirectoryStore(Store):
             return []
         try:
             files, folders, skipped = _scan(folder, prefix)
-            # A folder without keys (a crash's leftovers, another tool's empty
-            # folder) is not a prefix in the key/value model.
-            files += [name for name in folders if _folder_holds_key(folder, name)]
         finally:
             os.close(folder)
         self._warn_skipped(skipped)
-        return files
+        # Sub-folders are listed without looking inside: this store's deletes,
+        # moves and failed writes remove the folders they empty, so a folder
+        # holds a key (see the module's rules for what else may leave one).
+        # Looking into each would cost an open and a scandir per sub-folder,
+        # where zarr-python 2 and 3 list a folder with one os.listdir.
+        return files + folders if folders else files
 
     def _getsize_prefix(self, prefix: str) -> int:
         return sum(size for _, size in self._walk(self._fold(prefix), sizes=True))
