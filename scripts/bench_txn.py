@@ -255,7 +255,11 @@ def measure(args: argparse.Namespace) -> Samples:
     samples: Samples = {}
     for round_ in range(args.rounds):
         for job in rotated(jobs, round_):
-            for size, seconds in run_job(args, job).items():
+            began = time.monotonic()
+            figures = run_job(args, job)
+            print(f"  {' on '.join(job)}: {time.monotonic() - began:.0f} s", file=sys.stderr,
+                  flush=True)
+            for size, seconds in figures.items():
                 samples.setdefault((*job, int(size)), []).append(seconds)
         print(f"  round {round_ + 1}/{args.rounds} done (load {load_average():.1f})",
               file=sys.stderr, flush=True)
