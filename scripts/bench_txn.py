@@ -353,7 +353,7 @@ def versions(args: argparse.Namespace) -> str:
 
 def report(samples: Samples, args: argparse.Namespace, load: tuple[float, float]) -> str:
     lines = [
-        "### Atomic region writes (`scripts/bench_txn.py`)",
+        "## Atomic region writes (`scripts/bench_txn.py`)",
         "",
         (f"{versions(args)}; {os.cpu_count()} cores shared with other jobs (load average "
          f"{load[0]:.1f} at the start, {load[1]:.1f} at the end), {time.strftime('%Y-%m-%d')}.  "
