@@ -60,6 +60,15 @@ MARK_BEGIN = "<!-- bench_stores:begin -->"
 MARK_END = "<!-- bench_stores:end -->"
 
 
+#: Backends with the end-to-end figure: zarr-python 2.18 and 3 reading a whole
+#: array through our adapters, against zarr 2.18 reading it with its own store.
+ARRAY_BACKENDS = ("lmdb",)
+#: Who reads the array: ours through zarr 3 (this interpreter) and through zarr
+#: 2.18 (its interpreter), zarr 2.18's own store (default settings) and copying.
+ARRAY_IMPLS = ["zstores", "zstores-zarr2", "zarr2", "zarr2-copy"]
+ARRAY_OPS = ("zarr 3 reads the array", "zarr 2.18 reads the array")
+
+
 def impls_for(backend: str) -> list[str]:
     # zarr 2's LMDBStore hands out views of the map by default (buffers=True),
     # which the next write may overwrite; its copying mode is the like-for-like one.
@@ -67,12 +76,12 @@ def impls_for(backend: str) -> list[str]:
 
 
 def run_worker(python: str, impl: str, backend: str, size: int, count: int,
-               workdir: str | None = None) -> dict[str, float]:
+               workdir: str | None = None, *extra: str) -> dict[str, float]:
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(dir=ROOT / ".bench"))
         done = subprocess.run(
-            [python, str(WORKER), impl, backend, workdir, str(size), str(count)],
+            [python, str(WORKER), impl, backend, workdir, str(size), str(count), *extra],
             capture_output=True, text=True, cwd=ROOT, timeout=3600, check=False,
         )
     if done.returncode != 0:
@@ -86,7 +95,8 @@ def run_worker(python: str, impl: str, backend: str, size: int, count: int,
 def measure(args: argparse.Namespace) -> dict[tuple, float]:
     """Median seconds per (backend, size, op, impl)."""
     pythons = {"zstores": sys.executable, "raw": sys.executable,
-               "zarr2": args.zarr2_python, "zarr2-copy": args.zarr2_python}
+               "zarr2": args.zarr2_python, "zarr2-copy": args.zarr2_python,
+               "zstores-zarr2": args.zarr2_python}
     samples: dict[tuple, list[float]] = {}
     for backend in args.backends:
         for size, count in workloads(backend, args):
@@ -106,9 +116,33 @@ def measure(args: argparse.Namespace) -> dict[tuple, float]:
                             samples.setdefault((backend, size, count, op, impl), []).append(seconds)
                     print(f"  {backend} {size_label(size)} round {round_ + 1}/{args.rounds}",
                           file=sys.stderr, flush=True)
+            if backend in ARRAY_BACKENDS and size not in (TINY, NESTED):
+                measure_array_reads(args, pythons, backend, size, count, samples)
         medians = {key: statistics.median(values) for key, values in samples.items()}
         print(table(medians, args.rounds), file=sys.stderr, flush=True)  # so far
     return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def measure_array_reads(args: argparse.Namespace, pythons: dict[str, str], backend: str,
+                        size: int, count: int, samples: dict[tuple, list[float]]) -> None:
+    """The end-to-end rows: zarr 2.18 and 3 reading one whole array, each reader in turn.
+
+    Ours through zarr 3 fills the zstores column of "zarr 3 reads the array",
+    ours through zarr 2.18 that of "zarr 2.18 reads the array"; zarr 2.18 with
+    its own store is the anchor of both.
+    """
+    with tempfile.TemporaryDirectory(dir=ROOT / ".bench") as shared:
+        for round_ in range(args.rounds):
+            turn = round_ % len(ARRAY_IMPLS)
+            for impl in ARRAY_IMPLS[turn:] + ARRAY_IMPLS[:turn]:
+                results = run_worker(pythons[impl], impl, backend, size, count, shared, "array")
+                for op, seconds in results.items():
+                    column = "zstores" if impl.startswith("zstores") else impl
+                    ops = [op] if column == "zstores" else list(ARRAY_OPS)
+                    for row in ops:
+                        samples.setdefault((backend, size, count, row, column), []).append(seconds)
+            print(f"  {backend} {size_label(size)} array reads round {round_ + 1}/{args.rounds}",
+                  file=sys.stderr, flush=True)
 
 
 def workloads(backend: str, args: argparse.Namespace) -> list[tuple[int, int]]:
@@ -167,7 +201,10 @@ def table(medians: dict[tuple, float], rounds: int) -> str:
          "\"zarr 2.18 copying\" is zarr 2's LMDBStore with "
          "`buffers=False`: its default hands out views of the memory map that outlive the "
          "transaction (a later write can change them under the reader), which zstores "
-         "refuses to do."),
+         "refuses to do.  \"zarr 3/2.18 reads the array\": the end-to-end figure, "
+         "zarr-python reading a whole uncompressed array of the row's keys as chunks into "
+         "an existing output array, ours through `ZarrStore`/`Zarr2Store` against zarr "
+         "2.18 with its own store (keys: chunks)."),
         "",
         HEADER,
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",

@@ -2,7 +2,7 @@
 
 Run by ``bench_stores.py`` (never by hand, though it works by hand)::
 
-    python bench_worker.py IMPL BACKEND WORKDIR VALUE_SIZE COUNT
+    python bench_worker.py IMPL BACKEND WORKDIR VALUE_SIZE COUNT [array]
 
 IMPL is ``zstores`` (our store), ``zarr2`` (zarr-python 2.18's store of the
 same backend; run it with the zarr 2 environment's interpreter), ``zarr2-copy``
@@ -30,6 +30,14 @@ most ``MAX_READ_REPEATS`` times).  It makes passes while they add up to less
 than ``PASS_SECONDS`` (at most ``MAX_PASSES``) and reports each operation's
 median, so that one timing of a few milliseconds does not decide a ratio
 alone, while an operation that takes long anyway runs once, as before.
+
+With ``array`` last, the run is instead the end-to-end figure users feel: zarr
+reading a whole array of COUNT uncompressed uint8 chunks of VALUE_SIZE bytes
+(zarr v2 metadata, written once per WORKDIR through zstores, untimed) into an
+existing output array, repeated as a read is.  IMPL ``zstores`` is zarr-python 3
+through ``ZarrStore``, ``zstores-zarr2`` zarr-python 2.18 through
+``Zarr2Store`` (run it with the zarr 2 interpreter), ``zarr2``/``zarr2-copy``
+zarr-python 2.18 with its own store.
 """
 
 from __future__ import annotations
@@ -655,7 +663,81 @@ def opener(impl: str, backend: str, keys: list[str], value: bytes):
     return opened
 
 
+# ------------------------------------------------------ whole-array reads
+#: The op names of the end-to-end array reads, by the zarr-python that reads.
+ARRAY_OPS = {"zarr3": "zarr 3 reads the array", "zarr2": "zarr 2.18 reads the array"}
+
+
+def write_array(backend: str, path: str, chunk: int, count: int) -> None:
+    """An uncompressed uint8 array of ``count`` chunks (zarr v2 layout), written once."""
+    written = Path(path + ".populated")
+    if written.exists():
+        return
+    metadata = {"zarr_format": 2, "shape": [chunk * count], "chunks": [chunk], "dtype": "|u1",
+                "compressor": None, "fill_value": 0, "filters": None, "order": "C"}
+    ramp = bytes(range(1, 252)) * (chunk // 251 + 2)
+    with open_zstores(backend, path) as store:
+        store[".zarray"] = json.dumps(metadata).encode()
+        for index in range(count):
+            store[str(index)] = ramp[index % 251:index % 251 + chunk]
+    written.touch()
+
+
+def open_array_store(impl: str, backend: str, path: str):
+    """The store ``impl`` reads the array through (opened read-only where it can be)."""
+    if impl == "zstores":
+        from zstores.adapters.zarr3 import ZarrStore
+
+        return ZarrStore(open_zstores(backend, path, "r"))
+    if impl == "zstores-zarr2":
+        from zstores.adapters.zarr2 import Zarr2Store
+
+        return Zarr2Store(open_zstores(backend, path, "r"))
+    import warnings
+
+    warnings.simplefilter("ignore", FutureWarning)  # zarr 2.18 deprecates LMDBStore
+    return open_zarr2(backend, path, "r", copy=impl == "zarr2-copy")
+
+
+def array_reads(impl: str, backend: str, path: str, chunk: int, count: int) -> dict[str, float]:
+    """Seconds zarr takes to read the whole array into an existing, touched output array.
+
+    The output's pages are touched first: allocating them costs a page fault
+    each, alike for every store, on this VM often more than the read itself.
+    """
+    import numpy as np
+    import zarr
+
+    write_array(backend, path, chunk, count)
+    store = open_array_store(impl, backend, path)
+    array = zarr.open_array(store, mode="r")
+    out = np.ones(chunk * count, dtype=np.uint8)
+    if zarr.__version__.startswith("2."):
+        def read() -> None:
+            array.get_basic_selection(slice(None), out=out)
+    else:
+        from zarr.core.buffer import cpu
+
+        target = cpu.NDBuffer.from_numpy_array(out)
+
+        def read() -> None:
+            array.get_basic_selection(slice(None), out=target)
+
+    read()
+    if not (out[:251] == np.arange(1, 252, dtype=np.uint8)).all():
+        raise AssertionError(f"{impl}: read back other data than written")
+    seconds = median_read(read)
+    with contextlib.suppress(AttributeError):
+        store.close()
+    return {ARRAY_OPS["zarr2" if zarr.__version__.startswith("2.") else "zarr3"]: seconds}
+
+
 def main(argv: list[str]) -> None:
+    if argv[-1:] == ["array"]:
+        impl, backend, workdir, size, count, _ = argv
+        path = str(Path(workdir) / f"array-{backend}")
+        print(json.dumps(array_reads(impl, backend, path, int(size), int(count))))
+        return
     impl, backend, workdir, size, count = argv
     # Chunk-like keys; the tiny-keys listing uses 1-d ones, which a nested
     # store keeps flat (2-d ones would make it 100,000 folders).
