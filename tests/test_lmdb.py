@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -467,3 +468,144 @@ def _read_until_stopped(path, keys, ready, stop):
         if len(set(values.values())) != 1:
             raise SystemExit(1)
     store.close()
+
+
+# ------------------------------------------------------- zero-copy views
+def test_a_view_never_changes_after_writes_reuse_its_pages(tmp_path):
+    # Overwritten, deleted, and its pages freed and written over many times:
+    # the view's read transaction keeps the pages it shows from being reused.
+    store = LMDBStore(tmp_path / "v.lmdb")
+    store["a"] = bytes([7]) * (256 * KiB)
+    view = store.getview("a")
+    assert isinstance(view, memoryview) and view.readonly
+    store["a"] = bytes([8]) * (256 * KiB)
+    del store["a"]
+    for round_ in range(20):
+        store.setitems({f"fill/{i}": bytes([round_]) * (64 * KiB) for i in range(16)})
+        store.rmdir("fill")
+    assert bytes(view) == bytes([7]) * (256 * KiB)
+    store.close()
+
+
+def test_views_see_every_commit_before_them(tmp_path):
+    store = LMDBStore(tmp_path / "v.lmdb")
+    other = LMDBStore(tmp_path / "v.lmdb")  # the same environment, another handle
+    kept = []
+    for number in range(50):
+        other["k"] = bytes([number]) * (32 * KiB)
+        kept.append(store.getview("k"))
+        assert bytes(kept[-1][:1]) == bytes([number])
+    assert [bytes(view[:1])[0] for view in kept] == list(range(50))
+    assert bytes(store.getviews(["k", "missing"])["k"][:1]) == bytes([49])
+    store.close()
+    other.close()
+
+
+def test_a_commit_in_another_process_is_seen_by_the_next_view(tmp_path):
+    path = tmp_path / "v.lmdb"
+    store = LMDBStore(path)
+    store["k"] = b"a" * (32 * KiB)
+    first = store.getview("k")
+    code = ("import sys; from zstores import LMDBStore; s = LMDBStore(sys.argv[1]); "
+            "s['k'] = b'b' * (32 << 10); s.close()")
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True,
+                   env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert bytes(store.getview("k")[:1]) == b"b"
+    assert bytes(first[:1]) == b"a"
+    store.close()
+
+
+def test_thousands_of_views_alive_do_not_use_up_the_readers(tmp_path):
+    # Each view taken after a commit needs a newer transaction; past their
+    # share of the readers, values are copied, and other readers still get in.
+    path = tmp_path / "v.lmdb"
+    store = LMDBStore(path, max_readers=64)
+    views = []
+    for number in range(3000):
+        store[f"k/{number % 10}"] = number.to_bytes(4, "little") * (5 * KiB)
+        views.append(store.getview(f"k/{number % 10}"))
+    assert all(bytes(view[:4]) == number.to_bytes(4, "little")
+               for number, view in enumerate(views))
+    assert sum(isinstance(view, memoryview) for view in views) >= 8
+    code = ("import sys, lmdb; e = lmdb.open(sys.argv[1], readonly=True); "
+            "print(len([e.begin() for _ in range(16)]))")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "16"
+    store.close()
+    del views
+
+
+def test_small_values_are_copied_and_snapshots_copy(tmp_path):
+    store = LMDBStore(tmp_path / "v.lmdb")
+    store["small"] = b"x" * 100
+    store["big"] = b"y" * (64 * KiB)
+    assert isinstance(store.getview("small"), bytes)
+    with store.snapshot() as snapshot:
+        assert isinstance(snapshot.getview("big"), bytes)
+        assert isinstance(snapshot.getviews(["big"])["big"], bytes)
+    with pytest.raises(KeyError):
+        store.getview("missing")
+    store.close()
+
+
+def test_views_outlive_their_store_and_the_environment_closes_after_them(tmp_path):
+    path = tmp_path / "v.lmdb"
+    store = LMDBStore(path)
+    store["k"] = b"z" * (64 * KiB)
+    view = np.frombuffer(store.getview("k"), np.uint8)[10:20]
+    store.close()
+    assert bytes(view) == b"z" * 10  # the environment stays open for it
+    del view
+    # closed for good once the last view went: a fresh store opens it anew
+    with LMDBStore(path, mode="r") as again:
+        assert again["k"] == b"z" * (64 * KiB)
+
+
+def test_the_map_is_made_large_before_the_first_view(tmp_path):
+    store = LMDBStore(tmp_path / "v.lmdb", map_size=1 * MiB)
+    store["k"] = b"z" * (64 * KiB)
+    store.getview("k")
+    assert store.map_size >= 1 << 40
+    assert os.path.getsize(tmp_path / "v.lmdb" / "data.mdb") < 8 * MiB  # address space only
+    store.close()
+
+
+def test_a_map_growth_while_a_view_lives_waits_then_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(lmdb_module, "_VIEW_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(lmdb_module, "_VIEW_MAP_SIZE", 1 * MiB)
+    store = LMDBStore(tmp_path / "v.lmdb", map_size=1 * MiB)
+    store["k"] = b"z" * (64 * KiB)
+    view = store.getview("k")
+    with pytest.raises(StoreFullError, match="zero-copy views"):
+        store["big"] = b"b" * (4 * MiB)
+    assert bytes(view[:1]) == b"z"
+    del view
+    store["big"] = b"b" * (4 * MiB)  # with the view gone the map grows
+    assert store["big"] == b"b" * (4 * MiB)
+    store.close()
+
+
+def test_read_only_zarr_adapters_read_through_views(tmp_path):
+    import zarr
+
+    from zstores.adapters.zarr3 import ZarrStore
+
+    path = tmp_path / "z.lmdb"
+    with LMDBStore(path) as store:
+        array = zarr.create_array(ZarrStore(store), shape=(1 << 20,), chunks=(64 * KiB,),
+                                  dtype="u1", compressors=None, fill_value=0)
+        array[:] = np.arange(1 << 20) % 251
+    writer = LMDBStore(path)  # first: a read-write handle opened beside views must wait
+    reader = LMDBStore(path, mode="r")
+    adapter = ZarrStore(reader)
+    back = zarr.open_array(adapter, mode="r")
+    got = back[:]
+    chunks = [zarr.core.sync.sync(adapter.get("c/3")) for _ in range(2)]
+    assert isinstance(reader.getview("c/3"), memoryview)
+    writer["c/3"] = bytes(64 * KiB)
+    writer.close()
+    assert (got == np.arange(1 << 20) % 251).all()
+    assert all((chunk.as_numpy_array() == np.arange(3 * 64 * KiB, 4 * 64 * KiB) % 251).all()
+               for chunk in chunks)
+    reader.close()

@@ -280,6 +280,13 @@ class Store(MutableMapping[str, bytes]):
                 pass
         return found
 
+    def _getview(self, key: str) -> Buffer:
+        """A read-only bytes-like value (``getview``): a copy unless the backend can do better."""
+        return self._get(key)
+
+    def _getviews(self, keys: list[str]) -> dict[str, Buffer]:
+        return self._get_many(keys)
+
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
         for key, value in items:
             self._set(key, value)
@@ -539,6 +546,54 @@ class Store(MutableMapping[str, bytes]):
             return tx.getitems(keys)
         asked = {key: self._key(key) for key in keys}
         found = self._get_many(list(dict.fromkeys(asked.values())))
+        return {key: found[norm] for key, norm in asked.items() if norm in found}
+
+    def getview(self, key: str) -> Buffer:
+        """The value of ``key`` as a read-only bytes-like object, copied only if need be.
+
+        What ``store[key]`` gives, for readers that only look at the bytes (the
+        zarr adapters of read-only stores): most backends return the same
+        ``bytes``; LMDB returns a read-only ``memoryview`` of its memory map
+        for large values, which keeps a read transaction open until the last
+        reference to it is gone, so its bytes never change (see
+        ``LMDBStore``).  Drop views when done: while one lives, LMDB cannot
+        reuse the pages it shows.
+
+        Raises
+        ------
+        KeyError
+            If ``key`` holds no value.
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> store = MemoryStore()
+        >>> store["a"] = b"xyz"
+        >>> bytes(store.getview("a"))
+        b'xyz'
+        """
+        if self._closed:
+            self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx[key]
+        return self._getview(self._key(key))
+
+    def getviews(self, keys: Iterable[str]) -> dict[str, Buffer]:
+        """``getitems`` as ``getview``: read-only bytes-like values of the keys that exist.
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> store = MemoryStore()
+        >>> store["a"] = b"xyz"
+        >>> {key: bytes(value) for key, value in store.getviews(["a", "b"]).items()}
+        {'a': b'xyz'}
+        """
+        self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.getitems(keys)
+        asked = {key: self._key(key) for key in keys}
+        found = self._getviews(list(dict.fromkeys(asked.values())))
         return {key: found[norm] for key, norm in asked.items() if norm in found}
 
     def setitems(self, values: Mapping[str, Any]) -> None:

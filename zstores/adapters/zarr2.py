@@ -148,8 +148,14 @@ class Zarr2Store(Adapter, BaseStore):
     def getitems(
         self, keys: Sequence[str], *, contexts: Mapping[str, Any] | None = None
     ) -> Mapping[str, bytes]:
-        """Values of the keys that exist, read in one batch (contexts are not needed)."""
-        return self._target().getitems(keys)
+        """Values of the keys that exist, read in one batch (contexts are not needed).
+
+        A read-only adapter hands out the store's zero-copy views (``getviews``:
+        LMDB's map, held in a read transaction while zarr uses them); a
+        writable one copies, so zarr holds no view while it writes.
+        """
+        target = self._target()
+        return target.getviews(keys) if self._read_only else target.getitems(keys)
 
     def setitems(self, values: Mapping[str, Any]) -> None:
         """Write many keys in one batch (one transaction where the backend has them)."""

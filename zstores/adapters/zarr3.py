@@ -325,7 +325,10 @@ class ZarrStore(Adapter, ZarrABCStore):
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         """The value of ``key`` (or a byte range of it), or None if it is missing."""
-        data = await self._run(_read_span, self._ready(), key, _span_of(byte_range))
+        if byte_range is None and self.read_only:
+            data = await self._run(_read_view, self._ready(), key)
+        else:
+            data = await self._run(_read_span, self._ready(), key, _span_of(byte_range))
         return _as_buffer(data, prototype)
 
     def get_sync(
@@ -353,7 +356,9 @@ class ZarrStore(Adapter, ZarrABCStore):
     ) -> AsyncIterator[tuple[str, Buffer | None]]:
         requests = list(requests)
         whole = [key for key, _, byte_range in requests if byte_range is None]
-        found = await self._run(self._ready().getitems, whole) if whole else {}
+        store = self._ready()
+        read = store.getviews if self.read_only else store.getitems
+        found = await self._run(read, whole) if whole else {}
         for key, prototype, byte_range in requests:
             if byte_range is None:
                 yield key, _as_buffer(found.get(key), prototype)
@@ -472,6 +477,19 @@ def _read(store: Store, key: str) -> bytes | None:
         return None  # zarr asks for the root ("") at times: nothing is stored there
 
 
+def _read_view(store: Store, key: str) -> Any:
+    """``_read`` through ``getview``: for read-only adapters, which never write while
+    zarr holds what they read (a zero-copy view of LMDB's map pins its pages)."""
+    try:
+        return store.getview(key)
+    except KeyError:
+        return None
+    except InvalidKeyError:
+        if key:
+            raise
+        return None
+
+
 def _read_range(store: Store, key: str, start: int, length: int | None) -> bytes | None:
     try:
         return store.get_range(key, start, length)
@@ -488,7 +506,7 @@ def _span_of(byte_range: ByteRequest | None) -> tuple[int, int | None] | None:
     return None if byte_range is None else _range_args(byte_range)
 
 
-def _as_buffer(data: bytes | None, prototype: BufferPrototype | None) -> Buffer | None:
+def _as_buffer(data: Any, prototype: BufferPrototype | None) -> Buffer | None:
     if data is None:
         return None
     return (prototype or default_buffer_prototype()).buffer.from_bytes(data)

@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -76,6 +77,22 @@ _NUDGE_KEY = b"\x00zstores: not a key"
 # less than this many bytes free beyond the write's own size: LMDB reports a
 # short write (the disk filled up during it) as EIO, not ENOSPC.
 _FULL_MARGIN = 1 << 20
+
+# Zero-copy reads (getview/getviews): values of at least _VIEW_MIN_BYTES are
+# handed out as read-only views of the map, which keep their read transaction
+# open while they live; smaller ones are copied, which costs less than a view.
+_VIEW_MIN_BYTES = 16 << 10
+# Before the first view, the map grows to this (zarr-python 2's map size on
+# 64-bit platforms): the map cannot be resized while views live, and a map
+# this size never needs to be for any data the disk holds.  Address space
+# only: without writemap the data file stays the size of the data.
+_VIEW_MAP_SIZE = 1 << 40
+# How long a remap waits for views other threads hold (they are short-lived:
+# zarr copies or decodes a chunk and drops it) before giving up.
+_VIEW_WAIT_SECONDS = 5.0
+# Read transactions views may hold at once, as a share of max_readers: the
+# rest stay for other readers and processes; beyond, values are copied.
+_VIEW_READER_SHARE = 8
 
 # Errors by which LMDB says the file is not a sound environment.
 _CORRUPT = (
@@ -228,6 +245,15 @@ class _SharedEnv:
         # of an environment whose map is resized, so no remap while one lives.
         # Changed only inside the gate (shared), read inside it (exclusive).
         self.pins = 0
+        # One entry per read transaction that zero-copy views keep open
+        # (_ViewTxn): no remap while there is one.  Appended inside the gate.
+        self.viewers: deque[None] = deque()
+        self.view_local = threading.local()  # each thread's newest _ViewTxn
+        self.view_txns: set[_ViewTxn] = set()  # every live one
+        self.views_possible: bool | None = None  # None: the map was not made room for views yet
+        self.max_view_txns = 1
+        # Its last store closed while views lived: the last view closes it.
+        self.orphaned = False
         self.env = opener(readonly)
         self.readonly = readonly
         self.map_size = self.env.info()["map_size"]
@@ -264,12 +290,54 @@ class _SharedEnv:
             self.map_size = self.env.info()["map_size"]
 
     def _refuse_while_pinned(self, what: str) -> None:
+        if self.viewers:
+            self._wait_for_views()
         if self.pins:
             raise StoreFullError(
                 f"LMDB environment {self.key}: cannot {what} while {self.pins} snapshot(s) of "
                 "it are open in this process (resizing the map would end their read "
                 "transactions); close the snapshots and try again"
             )
+        if self.viewers:
+            raise StoreFullError(
+                f"LMDB environment {self.key}: cannot {what} while zero-copy views of its "
+                f"values (getview/getviews, {len(self.viewers)} read transaction(s)) are "
+                f"still referenced in this process after {_VIEW_WAIT_SECONDS:g} s (resizing "
+                "the map would pull the memory from under them); drop them and try again"
+            )
+
+    def _wait_for_views(self) -> None:
+        """Give views that other threads hold a moment to go (inside the exclusive gate).
+
+        No new view can start meanwhile (the gate is held), so the count only falls.
+        """
+        deadline = time.monotonic() + _VIEW_WAIT_SECONDS
+        pause = 1e-4
+        while self.viewers and time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
+
+    def room_for_views(self, data_file: str) -> bool:
+        """Whether views may be handed out: the map made large first, once (see ``_VIEW_MAP_SIZE``).
+
+        False where so large a map is not wise or possible (32-bit platforms,
+        Windows, where LMDB makes the file as large as the map, or a limit on
+        the address space: a failed remap would leave the environment without
+        a map); values are then copied.
+        """
+        if self.views_possible is not None:
+            return self.views_possible
+        possible = _large_maps_possible()
+        if possible:
+            target = _round_up(max(_VIEW_MAP_SIZE, 2 * _file_size(data_file)))
+            with self.gate.exclusive():
+                if target > self.map_size and not (self.pins or self.viewers):
+                    self.env.set_mapsize(target)
+                    self.map_size = self.env.info()["map_size"]
+                possible = self.map_size >= target
+        self.max_view_txns = max(1, self.env.max_readers() // _VIEW_READER_SHARE)
+        self.views_possible = possible
+        return possible
 
     def headroom_for_snapshot(self, data_file: str) -> None:
         """Grow the map well past the data before the first snapshot pins it.
@@ -297,6 +365,137 @@ class _SharedEnv:
             if not self.readonly:
                 self.env.sync(True)
             self.env.close()
+
+
+class _ViewTxn:
+    """A read transaction kept open while zero-copy views of values read in it live.
+
+    Each view is a read-only numpy array over the map (handed out as a
+    ``memoryview`` of it; whatever is made from it, zarr's buffers included,
+    keeps the array alive through its ``base``).  The transaction tracks its
+    arrays by weak reference and ends when the last one is gone, freeing its
+    reader slot and the pages it pinned.  LMDB never changes the pages a live
+    read transaction can reach, and the map is not resized while one exists
+    (``_SharedEnv.viewers``), so a view's bytes stay valid and unchanged for
+    as long as anything can read them.  The environment keeps every live one
+    (``_SharedEnv.view_txns``): a weak reference's callback only runs while
+    the reference itself lives.
+    """
+
+    __slots__ = ("txn", "txnid", "shared", "pid", "arrays", "lock", "busy")
+
+    def __init__(self, shared: _SharedEnv, txn: lmdb.Transaction) -> None:
+        self.txn: lmdb.Transaction | None = txn
+        self.txnid = txn.id()
+        self.shared = shared
+        self.pid = os.getpid()
+        self.arrays: dict[int, weakref.ref[Any]] = {}
+        # Re-entrant: an array of this transaction may die (and its callback
+        # run) in the thread that is reading through it.
+        self.lock = threading.RLock()
+        self.busy = False
+        shared.viewers.append(None)
+        shared.view_txns.add(self)
+
+    def read(self, keys: list[bytes]) -> list[Buffer | None] | None:
+        """The values of ``keys`` (views of the large ones), or None if it has ended."""
+        with self.lock:
+            txn = self.txn
+            if txn is None:
+                return None
+            self.busy = True
+            try:
+                found = [self._view(txn.get(key)) for key in keys]
+            finally:
+                self.busy = False
+            if not self.arrays:
+                self.end()  # nothing refers to it: no transaction stays open idle
+            return found
+
+    def _view(self, value: Any) -> Buffer | None:
+        if value is None:
+            return None
+        if len(value) < _VIEW_MIN_BYTES:
+            return bytes(value)
+        import numpy as np
+
+        array = np.frombuffer(value, np.uint8)  # read-only: the memoryview is
+        ref = weakref.ref(array, self._gone)
+        self.arrays[id(ref)] = ref
+        return memoryview(array)
+
+    def _gone(self, ref: weakref.ref[Any]) -> None:
+        with self.lock:
+            self.arrays.pop(id(ref), None)
+            if not self.arrays and not self.busy:
+                self.end()
+
+    def end(self) -> None:
+        """End the transaction (once); the environment may resize its map again."""
+        txn, self.txn = self.txn, None
+        if txn is None:
+            return
+        shared = self.shared
+        if os.getpid() != self.pid:
+            # Inherited through fork: its reader slot is the parent's, which
+            # an abort here would free under the parent's views.
+            _INHERITED_TXNS.append(txn)
+        else:
+            txn.abort()
+        shared.view_txns.discard(self)
+        shared.viewers.pop()
+        if shared.orphaned:
+            _close_orphan(shared)
+
+
+#: Read transactions of views a forked child inherited: never ended in the child.
+_INHERITED_TXNS: list[lmdb.Transaction] = []
+
+
+def _large_maps_possible() -> bool:
+    """Whether a map of ``_VIEW_MAP_SIZE`` costs only address space here."""
+    if sys.maxsize <= 2**32 or sys.platform == "win32":
+        return False
+    try:
+        import resource
+    except ImportError:
+        return False
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return soft == resource.RLIM_INFINITY
+
+
+def _close_orphan(shared: _SharedEnv) -> None:
+    """Close an environment whose stores are all closed, once its last view is gone.
+
+    A view may go at any moment (a garbage collection), also in a thread that
+    holds another environment's gate while some thread holding the lock waits
+    for that gate: without the lock at once, the next store opened or closed
+    closes it (``_close_pending_orphans``).
+    """
+    if not _ENVIRONMENTS_LOCK.acquire(blocking=False):
+        _PENDING_ORPHANS.append(shared)
+        return
+    try:
+        _close_if_orphaned(shared)
+    finally:
+        _ENVIRONMENTS_LOCK.release()
+
+
+def _close_if_orphaned(shared: _SharedEnv) -> None:
+    """With ``_ENVIRONMENTS_LOCK`` held: close ``shared`` if no store or view uses it."""
+    if (shared.orphaned and not shared.refs and not shared.viewers
+            and _ENVIRONMENTS.get(shared.key) is shared):
+        del _ENVIRONMENTS[shared.key]
+        shared.close()
+
+
+def _close_pending_orphans() -> None:
+    """With ``_ENVIRONMENTS_LOCK`` held: close the orphans left for later."""
+    while _PENDING_ORPHANS:
+        _close_if_orphaned(_PENDING_ORPHANS.pop())
+
+
+_PENDING_ORPHANS: list[_SharedEnv] = []
 
 
 _ENVIRONMENTS: dict[str, _SharedEnv] = {}
@@ -331,8 +530,22 @@ class LMDBStore(Store):
     The memory map starts at ``map_size`` (or the data file's size, if larger)
     and doubles whenever a write finds it full, so there is no need to guess a
     size up front; when another process has grown the map, this one adopts the
-    new size.  Values handed out are always ``bytes`` copied inside the read
-    transaction, never views of the map, so remapping cannot invalidate them.
+    new size.  ``store[key]``, ``getitems`` and range reads hand out ``bytes``
+    copied inside the read transaction, so remapping cannot invalidate them.
+
+    ``getview``/``getviews`` (what read-only zarr adapters use) hand out
+    values of 16 KiB or more without a copy: read-only ``memoryview``s of
+    numpy arrays over the map.  Each keeps its read transaction open until
+    the last object made from it (numpy arrays, zarr buffers) is gone, so
+    no later write, here or in another process, changes its bytes; the
+    transaction is shared by the views a thread takes until the next commit.
+    Before the first view the map is made 1 TiB (address space only: the
+    file stays the size of the data), because the map cannot be resized
+    while a view lives: a write that would need it to grow waits 5 s for
+    views to go, then raises ``StoreFullError`` saying so.  Views use at most
+    an eighth of ``max_readers`` read transactions; past that, values are
+    copied.  A view also keeps LMDB from reusing the pages it shows, so drop
+    views when done: a view held for long makes a busy writer's file grow.
 
     The map is read-only by default (``writemap=False``), unlike zarr-python
     2's on Linux.  With a writable map, a write into the sparse data file on a
@@ -527,6 +740,8 @@ class LMDBStore(Store):
             elif writable and shared.readonly:
                 shared.make_writable(opener)
             shared.refs += 1
+            shared.orphaned = False
+            _close_pending_orphans()
             self._shared = shared
         self._max_key_size = shared.env.max_key_size()
         if writable:
@@ -695,6 +910,51 @@ class LMDBStore(Store):
         if value is None:
             raise KeyError(key)
         return value
+
+    def _getview(self, key: str) -> Buffer:
+        # A view of the map through this thread's view transaction while it
+        # still sees the newest commit (else a new one); anything unusual (no
+        # room for views, a map to adopt, readers used up) copies instead.
+        found = self._read_views([key])
+        if found is None:
+            return self._get(key)
+        value = found[0]
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def _getviews(self, keys: list[str]) -> dict[str, Buffer]:
+        found = self._read_views(keys)
+        if found is None:
+            return self._get_many(keys)
+        return {key: value for key, value in zip(keys, found, strict=True) if value is not None}
+
+    def _read_views(self, keys: list[str]) -> list[Buffer | None] | None:
+        """The values of ``keys`` (None where missing) in one view transaction, or None.
+
+        None: views are not possible now; the caller copies instead (which
+        also grows or adopts the map, or reports what LMDB said).
+        """
+        shared = self._shared
+        assert shared is not None
+        if not (shared.views_possible or self._room_for_views(shared)):
+            return None
+        encoded = [key.encode() for key in keys]
+        gate = shared.gate
+        gate.enter_shared()
+        try:
+            holder = _view_txn(shared)
+            return None if holder is None else holder.read(encoded)
+        except lmdb.Error:
+            return None
+        finally:
+            gate.leave_shared()
+
+    def _room_for_views(self, shared: _SharedEnv) -> bool:
+        if shared.views_possible is not None:
+            return shared.views_possible
+        with self._translated(write=False):
+            return shared.room_for_views(self._data_file)
 
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
         def work(txn: lmdb.Transaction) -> bytes:
@@ -936,9 +1196,16 @@ class LMDBStore(Store):
         if shared is None:
             return
         with self._translated(write=not shared.readonly), _ENVIRONMENTS_LOCK:
+            _close_pending_orphans()
             shared.refs -= 1
             if shared.refs:
                 if not self.read_only:
+                    shared.sync()
+                return
+            shared.orphaned = True  # first: a view ending now closes it, or this does
+            if shared.viewers:
+                # Views of the map still live: the last of them closes it.
+                if not shared.readonly:
                     shared.sync()
                 return
             del _ENVIRONMENTS[shared.key]
@@ -1056,6 +1323,12 @@ class _LMDBSnapshot(LMDBStore):
             raise KeyError(key)
         return value
 
+    def _getview(self, key: str) -> Buffer:
+        return self._get(key)  # the snapshot's own transaction: values are copied out of it
+
+    def _getviews(self, keys: list[str]) -> dict[str, Buffer]:
+        return self._get_many(keys)
+
     def _close(self) -> None:
         txn = getattr(self, "_txn", None)
         shared = self._shared
@@ -1090,6 +1363,25 @@ def _keys_under(cursor: lmdb.Cursor, prefix: bytes) -> Iterable[Any]:
         if not bytes(key).startswith(prefix):
             return
         yield key
+
+
+def _view_txn(shared: _SharedEnv) -> _ViewTxn | None:
+    """This thread's view transaction if it sees the newest commit, else a new one.
+
+    Called inside the gate.  A read after a commit (here or in another
+    process) must see it: a transaction older than the environment's last
+    commit is not reused.  None when views already hold their share of the
+    readers (the caller copies instead).
+    """
+    holder = getattr(shared.view_local, "txn", None)
+    if (holder is not None and holder.txn is not None
+            and holder.txnid == shared.env.info()["last_txnid"]):
+        return holder
+    if len(shared.viewers) >= shared.max_view_txns:
+        return None
+    holder = _ViewTxn(shared, shared.env.begin(buffers=True))
+    shared.view_local.txn = holder
+    return holder
 
 
 def _copy(value: Any) -> bytes | None:
