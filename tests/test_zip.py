@@ -3,6 +3,7 @@ import errno
 import os
 import subprocess
 import sys
+import threading
 import zipfile
 
 import numpy as np
@@ -501,3 +502,81 @@ def test_a_stored_set_writes_the_value_without_copying_it(tmp_path):
     with open(tmp_path / "data.zip", "rb") as raw:
         raw.seek(info.header_offset)
         assert raw.read(len(member)) == member
+
+
+
+class _SlowReads(ZipStore):
+    """A ZipStore whose reads of one key wait inside the read (lock let go) for ``go``."""
+
+    slow_key: str | None = None
+
+    def _pread(self, offset: int, size: int, key: str) -> bytes:
+        if key == self.slow_key:
+            self.reading.set()
+            assert self.go.wait(30)
+        return super()._pread(offset, size, key)
+
+
+def _read_in_thread(store: ZipStore, key: str) -> tuple[threading.Thread, list]:
+    """Start reading ``key`` in a thread; return once the read is under way."""
+    outcome: list = []
+    store.reading, store.go = threading.Event(), threading.Event()
+    store.slow_key = key
+
+    def read() -> None:
+        try:
+            outcome.append(store[key])
+        except Exception as error:  # noqa: BLE001 - the test looks at it
+            outcome.append(error)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    assert store.reading.wait(10)
+    return thread, outcome
+
+
+@pytest.mark.parametrize("change", ["cut", "reuse", "close"])
+def test_a_read_outside_the_lock_keeps_its_bytes_until_it_ends(change, tmp_path):
+    """Reads pread with the lock let go (threads read the disk together); a change
+    that would overwrite, cut or close what a read is reading waits for it."""
+    store = _SlowReads(tmp_path / "a.zip", mode="w")
+    old = b"o" * 100_000
+    store["k"] = old
+    store.flush()
+    threading.Timer(0.3, lambda: store.go.set()).start()  # the read waits, then goes on
+    if change == "cut":
+        store["tail"] = b"t" * 50_000  # not flushed, at the end: deleting it cuts the file
+        thread, outcome = _read_in_thread(store, "tail")
+        del store["tail"]
+        expected = b"t" * 50_000
+    elif change == "reuse":
+        thread, outcome = _read_in_thread(store, "k")
+        store["k"] = b"n" * 10  # appended; the old value's space is dead after the flush
+        store.flush()
+        store["other"] = b"x" * 99_000  # goes into that dead space
+        expected = old
+    else:
+        thread, outcome = _read_in_thread(store, "k")
+        store.close()
+        expected = old
+    thread.join()
+    assert outcome == [expected]
+    store.close()
+
+
+def test_reads_in_threads_reach_the_disk_together(tmp_path):
+    store = _SlowReads(tmp_path / "a.zip", mode="w")
+    store.setitems({"a": b"a" * 5000, "b": b"b" * 5000})
+    store.flush()
+    slow, slow_outcome = _read_in_thread(store, "a")  # holds its read open
+    other: list = []
+    quick = threading.Thread(target=lambda: other.append(store.get_range("b", 1, 10)))
+    quick.start()
+    quick.join(30)
+    done_first = not quick.is_alive() and not slow_outcome
+    store.go.set()
+    slow.join()
+    quick.join()
+    assert done_first, "the second read waited for the first one"
+    assert other == [b"b" * 10] and slow_outcome == [b"a" * 5000]
+    store.close()

@@ -168,6 +168,12 @@ class ZipStore(Store):
         self._allow_zip64 = allowZip64
         self.supports_range_reads = compression == zipfile.ZIP_STORED
         self._lock = threading.RLock()
+        # Reads of stored members pread outside the lock (_pread_unlocked), so
+        # readers in many threads reach the disk together; whatever would change
+        # bytes a read may be reading waits for them first (_quiesce).
+        self._readers = 0  # reads under way outside the lock
+        self._writers_waiting = 0  # threads in _quiesce: new reads keep the lock
+        self._no_readers = threading.Condition(self._lock)
         self._index: dict[str, zipfile.ZipInfo] = {}
         self._folders: list[zipfile.ZipInfo] = []  # "name/" entries other tools write
         self._data_offsets: dict[int, int] = {}  # header offset -> data offset
@@ -288,7 +294,7 @@ class ZipStore(Store):
             if _stored_plain(info):
                 # A stored member is its bytes: one pread, without zipfile's
                 # per-open header parsing and buffering (about twice as fast).
-                data = self._pread(self._data_offset(info), info.file_size, key)
+                data = self._pread_unlocked(self._data_offset(info), info.file_size, key)
             else:
                 raw = self._pread(self._data_offset(info), info.compress_size, key)
                 data = self._decompress(info, raw)
@@ -338,7 +344,7 @@ class ZipStore(Store):
             stop = size if length is None else min(_range_stop(start, length, size), size)
             if first >= stop:
                 return b""
-            return self._pread(self._data_offset(info) + first, stop - first, key)
+            return self._pread_unlocked(self._data_offset(info) + first, stop - first, key)
 
     def _listdir(self, prefix: str) -> Iterable[str]:
         with self._lock:
@@ -440,6 +446,7 @@ class ZipStore(Store):
         """
         for hole in self._find_holes():
             if hole[1] - hole[0] >= size:
+                self._quiesce()  # a read of the member that was here may be under way
                 offset = hole[0]
                 hole[0] += size
                 return offset, False
@@ -596,6 +603,7 @@ class ZipStore(Store):
         self._dirty = False
 
     def _resize(self, size: int) -> None:
+        self._quiesce()  # a read of a member past ``size`` may be under way
         os.ftruncate(self._fd, size)
         self._end = size
 
@@ -614,6 +622,39 @@ class ZipStore(Store):
             offset = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
             self._data_offsets[info.header_offset] = offset
         return offset
+
+    def _pread_unlocked(self, offset: int, size: int, key: str) -> bytes:
+        """``_pread``, letting go of the lock meanwhile; the caller holds it, and again after.
+
+        Cold reads in several threads then reach the disk together instead of
+        one after another.  The bytes cannot change under the read: writing
+        into dead space, truncating and closing first wait in ``_quiesce``
+        until no read is under way.  While a thread waits there, reads keep
+        the lock, so a stream of readers cannot starve it.  A caller that
+        holds the lock more than once (``getitems``) keeps holding it.
+        """
+        if self._writers_waiting:
+            return self._pread(offset, size, key)
+        self._readers += 1
+        self._lock.release()
+        try:
+            return self._pread(offset, size, key)
+        finally:
+            self._lock.acquire()
+            self._readers -= 1
+            if not self._readers:
+                self._no_readers.notify_all()
+
+    def _quiesce(self) -> None:
+        """Wait, holding the lock, until no read runs outside it: before bytes on disk change."""
+        if not self._readers:
+            return
+        self._writers_waiting += 1
+        try:
+            while self._readers:
+                self._no_readers.wait()
+        finally:
+            self._writers_waiting -= 1
 
     def _pread(self, offset: int, size: int, key: str) -> bytes:
         chunks = []
@@ -661,6 +702,7 @@ class ZipStore(Store):
     # ------------------------------------------------------------- lifecycle
     def _close(self) -> None:
         with self._lock:
+            self._quiesce()  # reads under way finish before the descriptor closes
             try:
                 if self._mode != "r":
                     self._close_writer()
