@@ -16,7 +16,8 @@ keys), ``listdir`` (listing a prefix of COUNT keys).  VALUE_SIZE 1 selects the
 many-tiny-keys figure: only ``listdir``, on COUNT keys written beforehand;
 VALUE_SIZE 2 the nested array folder: only ``listdir`` of COUNT folders of 10
 chunk keys each (``m/i/j``, as zarr writes a 2-d array with "/" as the
-dimension separator).  The
+dimension separator); on ``memory`` also ``set + listdir`` (a new key
+written in the folder before each listing).  The
 network backends ``redis`` and ``mongodb`` talk to the servers named by
 ``ZSTORES_TEST_REDIS_URL`` / ``ZSTORES_TEST_MONGODB_URL`` (``bench_stores.py``
 starts them with ``scripts/services`` when unset), each run under its own prefix
@@ -43,6 +44,7 @@ zarr-python 2.18 with its own store.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -228,7 +230,7 @@ def listing_of_tiny_keys(impl: str, backend: str, path: str, keys: list[str]) ->
     array folder, ``i/j``) list as their first parts, once each.
     """
     if backend == "memory":
-        return {"listdir": listing_in_memory(impl, keys)}
+        return listing_in_memory(impl, keys)
     populated = Path(path + ".populated")
     # bench_stores.py shares one filled store across runs; a server's data is
     # removed after each run (main), so each run fills it again
@@ -264,18 +266,31 @@ def children(found: list) -> list:
     return sorted(names)
 
 
-def listing_in_memory(impl: str, keys: list[str]) -> float:
-    """Seconds listing ``m`` of an in-memory store this process fills, untimed."""
+def listing_in_memory(impl: str, keys: list[str]) -> dict[str, float]:
+    """Seconds listing ``m`` of an in-memory store this process fills, untimed.
+
+    ``listdir`` lists the same folder again and again; ``set + listdir``
+    writes a new key in it first each time, so that a listing remembered
+    from the time before cannot serve (zarr-python 2 keeps nested dicts
+    up to date at each write; zstores notes the key and lists from an index).
+    """
     if impl == "raw":
         data = {f"m/{key}": b"x" for key in keys}
-        return median_read(lambda: children(k for k in data if k.startswith("m/")))
+        return {"listdir": median_read(lambda: children(k for k in data if k.startswith("m/")))}
     store = open_zstores("memory", "") if impl == "zstores" else open_zarr2("memory", "")
     if hasattr(store, "setitems"):
         store.setitems({f"m/{key}": b"x" for key in keys})
     else:
         for key in keys:
             store[f"m/{key}"] = b"x"
-    return median_read(lambda: store.listdir("m"))
+    listing = median_read(lambda: store.listdir("m"))
+    new_keys = (f"m/new-{number}" for number in itertools.count())
+
+    def set_and_list():
+        store[next(new_keys)] = b"x"
+        return store.listdir("m")
+
+    return {"listdir": listing, "set + listdir": median_read(set_and_list)}
 
 
 @contextlib.contextmanager

@@ -73,3 +73,43 @@ def test_listdir_while_threads_write():
         reader.join()
     assert store.listdir("a") == sorted(key[2:] for key in store)
     assert len(store.listdir("a")) == 2000 and seen
+
+
+def test_listdir_agrees_with_the_keys_through_random_changes():
+    # listdir keeps an index of the folders listed (names and key counts) and
+    # the sorted keys, brought up to date with the keys written and deleted
+    # since; a few changes edit them, many start them again.  Random writes,
+    # deletes, batches, removals and copies, checked against the keys.
+    import random
+
+    rng = random.Random(17)
+    segments = ["a", "b", "0", "1", "a.b", "c0"]
+    store = MemoryStore()
+
+    def random_key():
+        return "/".join(rng.choice(segments) for _ in range(rng.randint(1, 4)))
+
+    def expected(store, path):
+        prefix = f"{path}/" if path else ""
+        return sorted({key[len(prefix):].split("/")[0] for key in store if key.startswith(prefix)})
+
+    for step in range(6000):
+        roll = rng.random()
+        if roll < 0.45:
+            store[random_key()] = b"x"
+        elif roll < 0.7:
+            store.pop(random_key(), None)
+        elif roll < 0.73:
+            store.rmdir(random_key())
+        elif roll < 0.76:  # a batch past the edit limit now and then
+            store.setitems({random_key(): b"y" for _ in range(rng.choice([3, 100]))})
+        elif roll < 0.79:
+            store.delitems([random_key() for _ in range(rng.choice([3, 100]))])
+        elif roll < 0.795:
+            store.clear()
+        elif roll < 0.8:
+            path = rng.choice(["", "a", "b/0"])
+            assert store.snapshot().listdir(path) == expected(store, path)
+        else:
+            path = rng.choice(["", "a", "b", "a/b", "0/1", "a/a.b", "c0", "a/b/0"])
+            assert store.listdir(path) == expected(store, path), (step, path)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 import threading
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-from ..base import Buffer, Mode, Store
+from ..base import Buffer, Mode, SortedNames, Store
 from ..keys import prefix_upper_bound
 
 if TYPE_CHECKING:
@@ -17,12 +16,13 @@ if TYPE_CHECKING:
 __all__ = ["MemoryStore"]
 
 
-class _Listing(NamedTuple):
-    """The keys sorted, and the folders listed so far, as of one version of the key set."""
+# Up to this many keys added or deleted since the last listing edit the sorted
+# names and keys they touch; more make them sort again when next needed.
+_EDITS = 64
 
-    version: int
-    keys: list[str]
-    children: dict[str, list[str]]
+
+class _Stale(Exception):
+    """The folder index disagrees with the dict (a key changed behind the store's back)."""
 
 
 class MemoryStore(Store):
@@ -34,11 +34,14 @@ class MemoryStore(Store):
     the lock) shows all its writes to them at once.  A snapshot is a copy of
     the dict (its values are shared, not copied).
 
-    ``listdir`` works on the keys sorted once per change of the key set (a
-    new or deleted key; an overwrite changes nothing), found by bisection,
-    and remembers each folder's names until the next such change: listing a
-    folder again costs a dict lookup, as in zarr-python 2's nested dicts,
-    while a write costs only a version number.
+    ``listdir`` reads a folder index built at the first listing: for each
+    folder, its names and how many keys lie below each, so a listing costs
+    the folder's own names (as zarr-python 2's nested dicts do), not the
+    store's keys.  Writes keep it up to date lazily: a new or deleted key is
+    only noted (an overwrite changes nothing), and the next listing counts
+    the noted keys in, so a write costs a list append and a listing after
+    a write costs the keys written since, not a sort of every key.  Each
+    folder's sorted names are kept until a name comes or goes.
 
     Parameters
     ----------
@@ -65,11 +68,7 @@ class MemoryStore(Store):
         super().__init__(mode=mode)
         self._data: dict[str, bytes] = {}
         self._lock = threading.RLock()
-        # Every change of the key set takes a new number, under the lock; a
-        # listing is valid while the number it was built under is current.
-        self._changes = itertools.count(1)
-        self._version = 0
-        self._listing = _Listing(-1, [], {})
+        self._drop_index()
 
     def _get(self, key: str) -> bytes:
         return self._data[key]
@@ -78,14 +77,15 @@ class MemoryStore(Store):
         value = bytes(value)
         with self._lock:
             data = self._data
-            if key not in data:
-                self._version = next(self._changes)
+            if key not in data and self._tracking:
+                self._note(self._added, key)
             data[key] = value
 
     def _delete(self, key: str) -> None:
         with self._lock:
             del self._data[key]
-            self._version = next(self._changes)
+            if self._tracking:
+                self._note(self._removed, key)
 
     def _contains(self, key: str) -> bool:
         return key in self._data
@@ -148,7 +148,7 @@ class MemoryStore(Store):
         view._lock = threading.RLock()
         with self._lock:
             view._data = dict(self._data)
-            view._version, view._listing = self._version, self._listing
+        view._drop_index()  # built again at the copy's first listing
         return view
 
     def _getsize_key(self, key: str) -> int:
@@ -160,21 +160,105 @@ class MemoryStore(Store):
 
     def _listdir(self, prefix: str) -> Iterable[str]:
         with self._lock:
-            listing = self._current_listing()
-            names = listing.children.get(prefix)
+            if self._added or self._removed or self._indexed != len(self._data):
+                self._catch_up()
+            names = self._named.get(prefix)
             if names is None:
-                names = listing.children[prefix] = _children(listing.keys, prefix)
-        return names  # listdir sorts a copy: the remembered list is never handed out
+                counts = self._folders.get(prefix)
+                if counts is None:
+                    counts = self._count_names(prefix)
+                if not counts:
+                    return []
+                self._folders[prefix] = counts
+                names = self._named[prefix] = SortedNames(sorted(counts))
+        return names  # listdir copies it: the remembered list is never handed out
 
-    def _current_listing(self) -> _Listing:
-        """The sorted keys (and folders listed) of the current key set (under the lock)."""
-        listing = self._listing
-        # The size check also catches a key put into the dict behind the
-        # store's back (the test harness's out-of-band writes).
-        if listing.version != self._version or len(listing.keys) != len(self._data):
-            listing = _Listing(self._version, sorted(self._data), {})
-            self._listing = listing
-        return listing
+    # ------------------------------------------------------- the folder index
+    # Under the lock.  _folders maps each folder listed so far ("" or "a/b/")
+    # to {name: number of keys at or below prefix + name}, and _named to its
+    # names sorted; _keys is every key sorted (None: sort again when needed),
+    # which a folder listed for the first time is counted from.  Once a
+    # listing was made (_tracking), writes note the keys that come and go in
+    # _added / _removed, and the next listing applies them.  The counts are
+    # sums, so the order does not matter: adding first never goes below zero.
+    def _drop_index(self) -> None:
+        self._tracking = False
+        self._keys: list[str] | None = None
+        self._folders: dict[str, dict[str, int]] = {}
+        self._named: dict[str, SortedNames] = {}
+        self._added: list[str] = []
+        self._removed: list[str] = []
+        self._indexed = 0
+
+    def _note(self, changes: list[str], key: str) -> None:
+        """Note a new or deleted key for the next listing."""
+        changes.append(key)
+        if len(changes) > len(self._data) + 1024:
+            # Churn of the same keys with no listing: starting the index
+            # again at the next listing costs less than keeping every change.
+            self._drop_index()
+
+    def _catch_up(self) -> None:
+        """Apply the changes noted to the folders listed and the sorted keys."""
+        added, removed = self._added, self._removed
+        changes = len(added) + len(removed)
+        try:
+            if not self._tracking or changes > len(self._data):
+                raise _Stale  # cheaper to start again
+            # A few changes edit the sorted names and keys they touch (a copy
+            # of the names: a listing handed out never changes); many drop them.
+            edit = changes <= _EDITS
+            if self._folders:
+                for key in added:
+                    _count(self._folders, self._named, key, 1, edit)
+                for key in removed:
+                    _count(self._folders, self._named, key, -1, edit)
+            keys = self._keys
+            if keys is not None and edit:
+                for key in added:
+                    insort(keys, key)
+                for key in removed:
+                    at = bisect_left(keys, key)
+                    if at == len(keys) or keys[at] != key:
+                        raise _Stale
+                    del keys[at]
+            elif keys is not None:
+                self._keys = None
+            self._indexed += len(added) - len(removed)
+            added.clear()
+            removed.clear()
+            # The size check catches a key put into the dict behind the store's
+            # back (the test harness's out-of-band writes).
+            if self._indexed != len(self._data):
+                raise _Stale
+        except _Stale:
+            self._drop_index()
+            self._tracking = True
+            self._indexed = len(self._data)
+
+    def _count_names(self, prefix: str) -> dict[str, int]:
+        """{name: keys at or below it} directly under ``prefix``, from the sorted keys."""
+        keys = self._keys
+        if keys is None:
+            keys = self._keys = sorted(self._data)
+        upper = prefix_upper_bound(prefix)
+        low = bisect_left(keys, prefix)
+        high = len(keys) if upper is None else bisect_left(keys, upper, low)
+        start = len(prefix)
+        names = [key[start:] for key in keys[low:high]]
+        if "/" not in "\x00".join(names):  # no sub-folder: the names are the keys
+            return dict.fromkeys(names, 1)
+        counts: dict[str, int] = {}
+        at = low
+        while at < high:  # a child folder's keys are counted by bisection, not read
+            name, slash, _ = keys[at][start:].partition("/")
+            if slash:
+                end = bisect_left(keys, keys[at][: start + len(name)] + "0", at, high)
+            else:
+                end = at + 1
+            counts[name] = counts.get(name, 0) + end - at
+            at = end
+        return counts
 
     def _len(self) -> int:
         return len(self._data)
@@ -182,20 +266,54 @@ class MemoryStore(Store):
     def _clear(self) -> None:
         with self._lock:
             self._data.clear()
-            self._version = next(self._changes)
+            self._drop_index()
 
 
-def _children(keys: list[str], prefix: str) -> list[str]:
-    """The names directly under ``prefix`` in the sorted ``keys`` (unique, not sorted).
+def _count(folders: dict[str, dict[str, int]], named: dict[str, SortedNames], key: str,
+           step: int, edit: bool) -> None:
+    """Count ``key`` in (``step`` 1) or out of (-1) the folders listed on its path.
 
-    Linear in the keys under ``prefix``, as sorting them was when the
-    listing was built.
+    A folder whose names change has its sorted names replaced by an edited
+    copy (``edit``) or forgotten; one left without names is forgotten.
     """
-    upper = prefix_upper_bound(prefix)
-    low = bisect_left(keys, prefix)
-    high = len(keys) if upper is None else bisect_left(keys, upper, low)
-    start = len(prefix)
-    names = [key[start:] for key in keys[low:high]]
-    if "/" not in "\x00".join(names):  # no sub-folder: the names are the keys
-        return names
-    return list(dict.fromkeys([name.partition("/")[0] for name in names]))
+    start = 0
+    while True:
+        slash = key.find("/", start)
+        prefix = key[:start]
+        counts = folders.get(prefix)
+        if counts is not None:
+            name = key[start:] if slash < 0 else key[start:slash]
+            count = counts.get(name, 0) + step
+            if count > 0:
+                counts[name] = count
+                if count == step:  # a new name
+                    _edit_names(named, prefix, name, edit, add=True)
+            elif count == 0:
+                del counts[name]
+                if counts:
+                    _edit_names(named, prefix, name, edit, add=False)
+                else:
+                    del folders[prefix]
+                    named.pop(prefix, None)
+            else:
+                raise _Stale
+        if slash < 0:
+            return
+        start = slash + 1
+
+
+def _edit_names(named: dict[str, SortedNames], prefix: str, name: str, edit: bool,
+                *, add: bool) -> None:
+    """Add ``name`` to, or remove it from, the sorted names of ``prefix`` if kept."""
+    names = named.get(prefix)
+    if names is None:
+        return
+    if not edit:
+        del named[prefix]
+        return
+    names = SortedNames(names)
+    if add:
+        insort(names, name)
+    else:
+        del names[bisect_left(names, name)]
+    named[prefix] = names
