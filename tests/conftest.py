@@ -104,8 +104,8 @@ def s3_endpoint() -> str:
 
 @pytest.fixture(scope="session")
 def gcs_endpoint() -> str:
-    """The test command's GCS emulator (gcp-storage-emulator), ``ZSTORES_TEST_GCS_ENDPOINT``."""
-    return emulator_endpoint("ZSTORES_TEST_GCS_ENDPOINT", "GCS emulator (gcp-storage-emulator)",
+    """The test command's GCS emulator (fake-gcs-server), ``ZSTORES_TEST_GCS_ENDPOINT``."""
+    return emulator_endpoint("ZSTORES_TEST_GCS_ENDPOINT", "GCS emulator (fake-gcs-server)",
                              "/storage/v1/b")
 
 

@@ -1,7 +1,8 @@
 """Object-store URLs for the tests of the CLI, zfuse, synchronizers and interop.
 
 Each helper makes a fresh bucket (or container) on the test command's
-emulators (scripts/services: moto for S3, Azurite for Azure Blob) and
+emulators (scripts/services: moto for S3, Azurite for Azure Blob,
+fake-gcs-server for GCS) and
 returns a ``zstores`` URL for a prefix in it, the credentials in the query
 as a user would write them, so a test can check that they never show.
 
@@ -19,10 +20,17 @@ from __future__ import annotations
 
 from urllib.parse import quote, urlencode
 
-from servers import AZURITE_ACCOUNT, AZURITE_KEY, create_azure_container, create_s3_bucket
+from servers import (
+    AZURITE_ACCOUNT,
+    AZURITE_KEY,
+    create_azure_container,
+    create_gcs_bucket,
+    create_s3_bucket,
+)
 from servers import unique_name as unique_bucket
 
-__all__ = ["AZURITE_KEY", "S3_KEY_ID", "S3_SECRET", "azure_store_url", "new_azure_container",
+__all__ = ["AZURITE_KEY", "GCS_TOKEN", "S3_KEY_ID", "S3_SECRET", "azure_store_url",
+           "gcs_options", "gcs_store_url", "new_azure_container", "new_gcs_bucket",
            "new_s3_bucket", "s3_env", "s3_options", "s3_store_url", "unique_bucket"]
 
 #: Credentials sent to moto (it checks none): long enough that a secret
@@ -73,3 +81,24 @@ def azure_store_url(endpoint: str, container: str, prefix: str = "") -> str:
     query = urlencode({"endpoint_url": endpoint, "account_name": AZURITE_ACCOUNT,
                        "account_key": AZURITE_KEY})
     return f"az://{container}/{quote(prefix)}?{query}"
+
+
+#: An OAuth token sent to fake-gcs-server (it checks none), as a secret to hide.
+GCS_TOKEN = "zstores-objextra-gcs-token-3c88d2"
+
+
+def new_gcs_bucket(endpoint: str) -> str:
+    """A new, empty bucket on fake-gcs-server at ``endpoint``."""
+    bucket = unique_bucket("zx")
+    create_gcs_bucket(endpoint, bucket)
+    return bucket
+
+
+def gcs_options(endpoint: str) -> dict[str, str]:
+    """The GCSStore keywords reaching the emulator: gcsfs (``via=fsspec``), its JSON API."""
+    return {"endpoint_url": endpoint, "via": "fsspec", "token": GCS_TOKEN}
+
+
+def gcs_store_url(endpoint: str, bucket: str, prefix: str = "") -> str:
+    """``gs://bucket/prefix?endpoint_url=...&via=fsspec&token=...``."""
+    return f"gs://{bucket}/{quote(prefix)}?{urlencode(gcs_options(endpoint))}"

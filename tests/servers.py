@@ -1,5 +1,5 @@
 """Private servers for one test: redis-server, nx-27017 (MongoDB's wire protocol)
-and the object-store emulators (moto's S3, gcp-storage-emulator, Azurite's blob
+and the object-store emulators (moto's S3, fake-gcs-server, Azurite's blob
 service, a static HTTP file server) on free loopback ports, never the shared ones
 of scripts/services (other tests may be using those at the same time).
 
@@ -211,7 +211,7 @@ class MongoServer(_Server):
 
 
 # ------------------------------------------------------- object-store emulators
-#: moto and gcp-storage-emulator take any credentials; these are what the tests
+#: moto and fake-gcs-server take any credentials; these are what the tests
 #: pass where a client insists on some.
 S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION = "testing", "testing", "us-east-1"
 #: Azurite's public development account and its well-known key (Microsoft
@@ -271,14 +271,18 @@ class MotoS3Server(_HttpServer):
 
 
 class GcsEmulator(_HttpServer):
-    """A private gcp-storage-emulator (GCS's JSON API), in memory."""
+    """A private fake-gcs-server (GCS's JSON API), in memory, plain HTTP."""
 
-    name = "gcp-storage-emulator"
+    name = "fake-gcs-server"
     probe = "/storage/v1/b"
 
     def command(self) -> list[str]:
-        return [emulators_bin("gcp-storage-emulator"), "start", "--host", "127.0.0.1",
-                "--port", str(self.port), "--in-memory"]
+        address = f"127.0.0.1:{self.port}"
+        # The same options as scripts/services (which says why).
+        return [emulators_bin("fake-gcs-server"), "-backend", "memory", "-scheme", "http",
+                "-host", "127.0.0.1", "-port", str(self.port),
+                "-external-url", f"http://{address}", "-public-host", address,
+                "-log-level", "warn"]
 
 
 class AzuriteServer(_HttpServer):
@@ -327,7 +331,7 @@ def create_s3_bucket(endpoint: str, bucket: str) -> None:
 
 
 def create_gcs_bucket(endpoint: str, bucket: str) -> None:
-    """Create ``bucket`` on gcp-storage-emulator (its JSON API, no credentials)."""
+    """Create ``bucket`` on the GCS emulator (its JSON API, no credentials)."""
     request = urllib.request.Request(
         f"{endpoint.rstrip('/')}/storage/v1/b?project=zstores-tests", method="POST",
         data=json.dumps({"name": bucket}).encode(), headers={"Content-Type": "application/json"})
@@ -437,7 +441,7 @@ def private_s3(tmp_path: Path) -> Iterator[Callable[[], MotoS3Server]]:
 
 @pytest.fixture
 def private_gcs(tmp_path: Path) -> Iterator[Callable[[], GcsEmulator]]:
-    """``start()``: a started private gcp-storage-emulator (``.endpoint``)."""
+    """``start()``: a started private fake-gcs-server (``.endpoint``)."""
     yield from _private_servers(tmp_path, GcsEmulator)  # type: ignore[misc]
 
 

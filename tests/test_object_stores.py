@@ -1,6 +1,6 @@
 """Object stores (S3, GCS, Azure Blob, HTTP) against emulators on loopback.
 
-The test command starts moto (S3), gcp-storage-emulator (GCS), Azurite (Azure
+The test command starts moto (S3), fake-gcs-server (GCS), Azurite (Azure
 Blob) and a static HTTP server, and names them in ZSTORES_TEST_S3_ENDPOINT,
 ZSTORES_TEST_GCS_ENDPOINT, ZSTORES_TEST_AZURE_ENDPOINT and
 ZSTORES_TEST_HTTP_URL (+ ZSTORES_TEST_HTTP_DIR, the folder it serves).  When
@@ -44,6 +44,7 @@ from servers import (
     MotoS3Server,
     chain_text,
     create_azure_container,
+    create_gcs_bucket,
     create_s3_bucket,
     free_port,
 )
@@ -221,6 +222,130 @@ def test_azure_wrong_key_is_a_permission_error(azure_container):
         AzureStore(f"{container}/p", endpoint_url=url, account_name=AZURITE_ACCOUNT,
                    account_key=wrong)
     assert wrong not in chain_text(info.value)
+
+
+# ------------------------------------------------- GCS (fake-gcs-server)
+def gcs_client(url: str):
+    """google-cloud-storage on the emulator (its JSON API), anonymous: the raw hooks' client."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    return storage.Client(project="zstores-tests", credentials=AnonymousCredentials(),
+                          client_options={"api_endpoint": url})
+
+
+def gcs_options(url: str) -> dict:
+    # The emulator answers only GCS's JSON API, which gcsfs (via="fsspec") speaks;
+    # the static token makes every request carry a secret the messages must hide.
+    return {"endpoint_url": url, "via": "fsspec", "token": GCS_TOKEN}
+
+
+def gcs_url(bucket: str, prefix: str, url: str, **extra: str) -> str:
+    from urllib.parse import quote, urlencode
+
+    return f"gs://{bucket}/{quote(prefix)}?{urlencode({**gcs_options(url), **extra})}"
+
+
+@pytest.fixture
+def gcs_bucket():
+    url = endpoint("ZSTORES_TEST_GCS_ENDPOINT")
+    client = gcs_client(url)
+    bucket = unique_bucket()
+    create_gcs_bucket(url, bucket)
+    yield url, client.bucket(bucket), bucket
+    # No clean-up: the emulator deletes one object per request, seconds for a
+    # thousand, and keeps everything in memory until the test command stops it.
+
+
+class TestGCSStore(ObjectStoreTests):
+    many_keys = 1_000  # fake-gcs-server slows as a bucket fills: 2,000 puts take 24 s
+
+    @pytest.fixture(autouse=True)
+    def _bucket(self, gcs_bucket):
+        self.url, self.bucket, self.bucket_name = gcs_bucket
+
+    def open_store(self, location, mode="a"):
+        return GCSStore(f"{self.bucket_name}/{prefix_for(location)}", mode=mode,
+                        **gcs_options(self.url))
+
+    def raw_get(self, store, key):
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return self.bucket.blob(self.raw_name(store, key)).download_as_bytes()
+        except NotFound:
+            return None
+
+    def raw_set(self, store, key, value):
+        self.bucket.blob(self.raw_name(store, key)).upload_from_string(bytes(value))
+
+
+def test_gcs_open_store_url_options_and_secrets(gcs_bucket):
+    url, bucket, name = gcs_bucket
+    with open_store(gcs_url(name, "run 1/x", url, max_concurrency="8"), mode="w") as store:
+        assert isinstance(store, GCSStore)
+        assert (store.container, store.prefix, store.via) == (name, "run 1/x", "fsspec")
+        store["a/.zgroup"] = b"{}"
+        assert GCS_TOKEN not in repr(store)
+        clone = pickle.loads(pickle.dumps(store))
+        assert clone == store and clone["a/.zgroup"] == b"{}"
+        clone.close()
+    assert bucket.blob("run 1/x/a/.zgroup").download_as_bytes() == b"{}"
+    with pytest.raises(StoreURLError, match="unknown option 'tokn'") as info:
+        open_store(gcs_url(name, "p", url, tokn="x"))
+    assert GCS_TOKEN not in chain_text(info.value)
+
+
+def test_gcs_anonymous_access(gcs_bucket):
+    url, bucket, name = gcs_bucket
+    bucket.blob("pub/k").upload_from_string(b"public")
+    with GCSStore(f"{name}/pub", endpoint_url=url, via="fsspec", anonymous=True,
+                  mode="r") as store:
+        assert store["k"] == b"public"
+
+
+def test_gcs_missing_bucket_is_an_error_in_every_mode(gcs_bucket):
+    url, bucket, name = gcs_bucket
+    for mode in ("r", "r+", "a", "w", "w-"):
+        with pytest.raises(StoreNotFoundError, match=f"bucket '{name}-nope' does not exist") \
+                as info:
+            GCSStore(f"{name}-nope/p", mode=mode, **gcs_options(url))
+        assert GCS_TOKEN not in chain_text(info.value)
+    assert not bucket.client.bucket(f"{name}-nope").exists()  # never created
+
+
+def test_gcs_obstore_against_an_emulator_names_via_fsspec(gcs_bucket):
+    """obstore speaks GCS's XML API, which the emulator lacks: one clear error, no secret."""
+    url, _, name = gcs_bucket
+    with pytest.raises(UnsupportedOperationError, match="via='fsspec'") as info:
+        store = GCSStore(f"{name}/p", endpoint_url=url, token=GCS_TOKEN)  # obstore
+        store["k"] = b"v"
+    assert GCS_TOKEN not in chain_text(info.value)
+
+
+def test_gcs_dead_endpoint_fails_fast_with_a_connection_error():
+    start = time.monotonic()
+    with pytest.raises(StoreConnectionError, match="GCSStore") as info:
+        GCSStore("bucket/p", endpoint_url=f"http://127.0.0.1:{free_port()}", via="fsspec",
+                 token=GCS_TOKEN, connect_timeout=2)
+    assert time.monotonic() - start < 10
+    assert GCS_TOKEN not in chain_text(info.value)
+
+
+def test_gcs_server_gone_after_open_is_a_connection_error(private_gcs):
+    server = private_gcs()
+    create_gcs_bucket(server.endpoint, "gone")
+    store = GCSStore("gone/p", endpoint_url=server.endpoint, via="fsspec", token=GCS_TOKEN,
+                     request_timeout=2, retry_timeout=2)
+    store["k"] = b"v"
+    server.kill()
+    start = time.monotonic()
+    with pytest.raises(StoreConnectionError, match="GCSStore") as info:
+        store["k"]
+    with pytest.raises(StoreConnectionError):
+        store.getitems(["k", "j"])
+    assert time.monotonic() - start < 30
+    assert GCS_TOKEN not in chain_text(info.value)
 
 
 # ------------------------------------------------------------------------ HTTP

@@ -1,19 +1,25 @@
 """The fsspec engine (``via="fsspec"``): an object store's requests through s3fs,
 gcsfs, adlfs or fsspec's HTTP file system.
 
-The same interface as ``ObstoreEngine``; batches use fsspec's own concurrent
-calls (``cat`` and ``pipe`` of many paths, ``rm`` of a list), which run on
-fsspec's event loop.  Why obstore is the default: it is what zarr-python 3's
-``ObjectStore`` uses, it needs no event loop of ours for single calls, and
-its retries and timeouts are explicit options; fsspec is here for what
-obstore cannot do (anonymous GCS) and for environments already configured
-for fsspec (its ``~/.config/fsspec`` settings, s3fs's profiles).
+The same interface as ``ObstoreEngine``.  Every request is one coroutine of
+the file system, run on fsspec's event loop and bounded in time (the library's
+own retries happen inside the bound); batches gather one coroutine per object,
+``max_concurrency`` in flight.  Listings are never cached: another process may
+write the bucket at any time.
+
+Why obstore is the default: it is what zarr-python 3's ``ObjectStore`` uses,
+and its retries and timeouts are explicit options.  fsspec is here for what
+obstore cannot do (anonymous GCS; GCS emulators, which answer only the JSON
+API that gcsfs speaks) and for environments already configured for fsspec
+(its ``~/.config/fsspec`` settings, s3fs's profiles).
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 __all__ = ["FsspecEngine"]
@@ -24,13 +30,14 @@ _STATUS = re.compile(r"\b(401|403|404|416|429|501|503)\b")
 def _import_fsspec(extra: str) -> Any:
     try:
         import fsspec
+        import fsspec.asyn
     except ImportError:  # pragma: no cover - installed with the extras
         raise ImportError(f"via='fsspec' needs fsspec: pip install 'zstores[{extra}]'") from None
     return fsspec
 
 
 class FsspecEngine:
-    """Requests to one bucket through an fsspec file system.
+    """Requests to one bucket through an (asynchronous) fsspec file system.
 
     Parameters
     ----------
@@ -41,34 +48,56 @@ class FsspecEngine:
     extra : str
         The zstores extra that installs the file system, for messages.
     max_concurrency : int
-        fsspec's ``batch_size`` for the batch calls.
+        Requests in flight at once in a batch.
     connect_timeout : float
-        Unused by some file systems; kept for symmetry with obstore.
+        The bound of the check at open (``exists``).
+    call_timeout : float, optional
+        The bound of one request, its retries included (the store passes
+        ``request_timeout + retry_timeout``); None: the library's own.
     base_url : str, optional
         HTTP only: the URL paths are joined to.
+    filesystem : type, optional
+        The file system class; by default the one fsspec registers for ``protocol``.
     **storage_options
         The file system's own options (credentials, endpoint).
     """
 
     def __init__(self, protocol: str, container: str, extra: str, *, max_concurrency: int,
-                 connect_timeout: float, base_url: str | None = None,
+                 connect_timeout: float, call_timeout: float | None = None,
+                 base_url: str | None = None, filesystem: type | None = None,
                  **storage_options: Any) -> None:
-        fsspec = _import_fsspec(extra)
-        try:
-            cls = fsspec.get_filesystem_class(protocol)
-        except ImportError as error:
-            raise ImportError(
-                f"via='fsspec' for {protocol}:// needs its file system ({error}): "
-                f"pip install 'zstores[{extra}]'") from None
-        options = {name: value for name, value in storage_options.items() if value is not None}
-        # A file system object of our own: fsspec's instance cache would share
-        # one between stores (and their credentials) otherwise.
-        self.fs = cls(skip_instance_cache=True, **options)
+        self._fsspec = _import_fsspec(extra)
+        if filesystem is None:
+            try:
+                filesystem = self._fsspec.get_filesystem_class(protocol)
+            except ImportError as error:
+                raise ImportError(
+                    f"via='fsspec' for {protocol}:// needs its file system ({error}): "
+                    f"pip install 'zstores[{extra}]'") from None
+        self._class = filesystem
+        self._storage_options = {name: value for name, value in storage_options.items()
+                                 if value is not None}
+        self._fs: Any = None
+        self._fs_pid = 0
         self.container = container
         self.base = base_url.rstrip("/") + "/" if base_url else f"{container}/"
-        self.batch_size = max_concurrency
-        self.driver_errors = (OSError, ValueError, RuntimeError)
+        self.max_concurrency = max_concurrency
+        self.connect_timeout = connect_timeout
+        self.call_timeout = call_timeout
+        self.driver_errors = (OSError, ValueError, RuntimeError, self._fsspec.FSTimeoutError)
         self.suffix_ranges = True
+
+    @property
+    def fs(self) -> Any:
+        """The file system, made again in a forked child (fsspec's are not fork-safe)."""
+        if self._fs is None or self._fs_pid != os.getpid():
+            # A file system object of our own (fsspec's instance cache would
+            # share one, and its credentials, between stores); no listings
+            # cache, since other processes write the bucket too.
+            self._fs = self._class(skip_instance_cache=True, use_listings_cache=False,
+                                   **self._storage_options)
+            self._fs_pid = os.getpid()
+        return self._fs
 
     def classify(self, error: BaseException) -> str:
         """What an fsspec error means (the same kinds as ``_obstore.classify``)."""
@@ -76,109 +105,185 @@ class FsspecEngine:
         if "NoSuchBucket" in text or "ContainerNotFound" in text or \
                 "bucket does not exist" in text.lower():
             return "no_container"
-        if isinstance(error, PermissionError):
-            return "denied"
+        if isinstance(error, PermissionError) or text.startswith("OSError Forbidden"):
+            return "denied"  # gcsfs raises a plain OSError("Forbidden: ...") for a 403
         if isinstance(error, FileNotFoundError):
             return "missing"
-        if isinstance(error, (ConnectionError, TimeoutError)) or "connect" in text.lower():
+        if isinstance(error, (ConnectionError, TimeoutError, self._fsspec.FSTimeoutError)) \
+                or "connect" in text.lower():
             return "connection"
-        status = _STATUS.search(text)
-        code = int(status.group(1)) if status else 0
+        code = getattr(error, "code", None) or getattr(error, "status", None)
+        if not isinstance(code, int):
+            status = _STATUS.search(text)
+            code = int(status.group(1)) if status else 0
         return {401: "denied", 403: "denied", 404: "missing", 416: "range", 429: "throttled",
                 501: "unsupported", 503: "throttled"}.get(code, "other")
+
+    # ------------------------------------------------------------- running
+    def _run(self, call: Callable[..., Awaitable[Any]], *args: Any,
+             timeout: float | None = None, **kwargs: Any) -> Any:
+        """``await call(*args, **kwargs)`` on fsspec's loop, within ``timeout`` (or the call's)."""
+        fs = self.fs
+        return self._fsspec.asyn.sync(fs.loop, call, *args,
+                                      timeout=timeout or self.call_timeout, **kwargs)
+
+    def _gather(self, call: Callable[..., Awaitable[Any]],
+                argument_lists: list[tuple[Any, ...]]) -> list[Any]:
+        """``call(*arguments)`` for every tuple, ``max_concurrency`` at once; results in order.
+
+        Each call is bounded by ``call_timeout`` on its own; every call runs
+        to its end before the first error is raised, so nothing is still
+        writing behind the caller's back.
+        """
+        async def run_all() -> list[Any]:
+            gate = asyncio.Semaphore(self.max_concurrency)
+
+            async def one(arguments: tuple[Any, ...]) -> Any:
+                async with gate:
+                    return await asyncio.wait_for(call(*arguments), self.call_timeout)
+
+            return await asyncio.gather(*(one(arguments) for arguments in argument_lists),
+                                        return_exceptions=True)
+
+        fs = self.fs
+        results = self._fsspec.asyn.sync(fs.loop, run_all)
+        for result in results:
+            if isinstance(result, asyncio.TimeoutError):
+                raise self._fsspec.FSTimeoutError(
+                    f"a request took longer than {self.call_timeout:g} s") from result
+            if isinstance(result, BaseException):
+                raise result
+        return results
 
     # ------------------------------------------------------------ one object
     def _full(self, path: str) -> str:
         return self.base + path
 
-    def get(self, path: str) -> bytes | None:
+    async def _get_or_none(self, path: str) -> bytes | None:
         try:
-            return bytes(self.fs.cat_file(self._full(path)))
+            return bytes(await self.fs._cat_file(self._full(path)))
         except FileNotFoundError:
             return None
 
-    def head(self, path: str, *, probe: bool = False) -> int | None:
+    def get(self, path: str) -> bytes | None:
+        return self._run(self._get_or_none, path)
+
+    async def _size_or_none(self, path: str) -> int | None:
         try:
-            info = self.fs.info(self._full(path))
+            info = await self.fs._info(self._full(path))
         except FileNotFoundError:
             return None
         if info.get("type") == "directory":
-            return None
+            return None  # a prefix of other objects, not an object
         return int(info["size"])
 
+    def head(self, path: str, *, probe: bool = False) -> int | None:
+        return self._run(self._size_or_none, path,
+                         timeout=self.connect_timeout if probe else None)
+
     def get_range(self, path: str, start: int, length: int | None) -> bytes | None:
-        size = self.head(path)  # fsspec's ranges need the size for a suffix or a clip
+        """Python-slice semantics; None when the object is missing."""
+        if start >= 0 and length is not None:
+            if length == 0:
+                return None if self.head(path) is None else b""
+            try:
+                return self._run(self._range_or_none, path, start, start + length)
+            except Exception as error:  # a range past the end: some services answer 416
+                if self.classify(error) != "range":
+                    raise
+                return None if self.head(path) is None else b""
+        size = self.head(path)  # a suffix or an open end: fsspec's ranges need the size
         if size is None:
             return None
         first = start if start >= 0 else max(size + start, 0)
         stop = size if length is None else min(first + length, size)
         if first >= stop:
             return b""
-        return bytes(self.fs.cat_file(self._full(path), start=first, end=stop))
+        return self._run(self._range_or_none, path, first, stop)
+
+    async def _range_or_none(self, path: str, start: int, stop: int) -> bytes | None:
+        try:
+            return bytes(await self.fs._cat_file(self._full(path), start=start, end=stop))
+        except FileNotFoundError:
+            return None
 
     def put(self, path: str, value: bytes | memoryview) -> None:
-        self.fs.pipe_file(self._full(path), bytes(value))
+        self._run(self.fs._pipe_file, self._full(path), bytes(value))
+
+    async def _delete_or_skip(self, path: str) -> None:
+        try:
+            await self.fs._rm_file(self._full(path))
+        except FileNotFoundError:
+            pass  # already gone: what a delete wants
 
     def delete(self, paths: list[str]) -> None:
-        if not paths:
-            return
-        try:
-            self.fs.rm([self._full(path) for path in paths])
-        except FileNotFoundError:
-            for path in paths:
-                try:
-                    self.fs.rm_file(self._full(path))
-                except FileNotFoundError:
-                    pass
+        """Delete objects, ``max_concurrency`` at once; missing ones are no error.
+
+        One request per object: fsspec's bulk ``rm`` reads ``*``, ``?`` and
+        ``[`` in a name as a glob, and a key may hold them.
+        """
+        if len(paths) == 1:
+            self._run(self._delete_or_skip, paths[0])
+        elif paths:
+            self._gather(self._delete_or_skip, [(path,) for path in paths])
 
     def copy(self, source: str, target: str) -> None:
-        self.fs.copy(self._full(source), self._full(target))
+        self._run(self.fs._cp_file, self._full(source), self._full(target))
 
     # ------------------------------------------------------------- listings
     def list(self, folder: str) -> Iterator[tuple[str, int]]:
+        """``(path, size)`` of every object under ``folder`` ("" or "a/b/")."""
         try:
-            found = self.fs.find(self._full(folder), detail=True, withdirs=False)
+            found = self._run(self.fs._find, self._full(folder), detail=True, withdirs=False)
         except FileNotFoundError:
             return
-        self.fs.invalidate_cache()
+        start = self._full(folder)
         for name, info in sorted(found.items()):
-            if info.get("type") != "directory" and name.startswith(self.base):
+            if info.get("type") != "directory" and name.startswith(start) and name != start:
                 yield name[len(self.base):], int(info["size"])
 
     def list_folder(self, folder: str, *, probe: bool = False) -> tuple[list[str], list[str]]:
+        """Object paths and prefixes directly under ``folder`` (a delimiter listing)."""
+        start = self._full(folder)
         try:
-            entries = self.fs.ls(self._full(folder), detail=True, refresh=True)
+            entries = self._run(self.fs._ls, start.rstrip("/"), detail=True,
+                                timeout=self.connect_timeout if probe else None)
         except FileNotFoundError:
             return [], []
         objects, prefixes = [], []
         for info in entries:
             name = info["name"].rstrip("/")
-            if not name.startswith(self.base):
+            # A listing of "a/" shows the object "a" itself when nothing is under "a/".
+            if not name.startswith(start) or len(name) == len(start):
                 continue
             relative = name[len(self.base):]
             (prefixes if info.get("type") == "directory" else objects).append(relative)
         return objects, prefixes
 
     def exists(self, folder: str) -> bool:
-        if not self.fs.exists(self.base.rstrip("/")):
-            raise FileNotFoundError(f"NoSuchBucket: {self.container}")
-        objects, prefixes = self.list_folder(folder)
-        return bool(objects or prefixes)
+        """Whether anything is under ``folder``; raises if the bucket itself is missing."""
+        objects, prefixes = self.list_folder(folder, probe=True)
+        if objects or prefixes:
+            return True
+        try:  # nothing there: is there a bucket at all?
+            self._run(self.fs._ls, self.base.rstrip("/"), timeout=self.connect_timeout)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"NoSuchBucket: {self.container}") from None
+        return False
 
     # --------------------------------------------------------------- batches
     def get_many(self, paths: list[str]) -> dict[str, bytes]:
-        full = [self._full(path) for path in paths]
-        found = self.fs.cat(full, on_error="omit", batch_size=self.batch_size)
-        return {path: bytes(found[name]) for path, name in zip(paths, full, strict=True)
-                if name in found and not isinstance(found[name], BaseException)}
+        values = self._gather(self._get_or_none, [(path,) for path in paths])
+        return {path: value for path, value in zip(paths, values, strict=True)
+                if value is not None}
 
     def put_many(self, items: list[tuple[str, bytes | memoryview]]) -> None:
-        self.fs.pipe({self._full(path): bytes(value) for path, value in items},
-                     batch_size=self.batch_size)
+        self._gather(self.fs._pipe_file,
+                     [(self._full(path), bytes(value)) for path, value in items])
 
     def copy_many(self, moves: list[tuple[str, str]]) -> None:
-        for source, target in moves:
-            self.copy(source, target)
+        self._gather(self.fs._cp_file,
+                     [(self._full(source), self._full(target)) for source, target in moves])
 
     def close(self) -> None:
         """fsspec file systems hold sessions on their own loop; nothing to do per store."""

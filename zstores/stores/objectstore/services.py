@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from ...base import Mode
 from ...errors import StoreURLError, UnsupportedOperationError
 from ...secrets import redact_url
-from .._network import call_translating
+from .._network import backend_error, call_translating
 from ._obstore import ObstoreEngine, duration, import_obstore
 from .store import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -24,6 +24,7 @@ from .store import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_RETRY_TIMEOUT,
     ObjectStore,
+    _short,
 )
 
 __all__ = ["AzureStore", "GCSStore", "HTTPStore", "S3Store"]
@@ -67,9 +68,11 @@ def _obstore_engine(options: dict[str, Any], build: Any, endpoint: str | None,
 def _fsspec_engine(store: ObjectStore, protocol: str, **storage_options: Any) -> Any:
     from ._fsspec import FsspecEngine
 
+    options = store._options
     return FsspecEngine(protocol, store.container, store.extra,
-                        max_concurrency=store._options["max_concurrency"],
-                        connect_timeout=store._options["connect_timeout"],
+                        max_concurrency=options["max_concurrency"],
+                        connect_timeout=options["connect_timeout"],
+                        call_timeout=options["request_timeout"] + options["retry_timeout"],
                         **storage_options)
 
 
@@ -254,8 +257,37 @@ class _StaticToken:
         return {"token": self.token, "expires_at": None}
 
 
+def _gcsfs_class(endpoint: str | None) -> Any:
+    """The gcsfs file system for an endpoint: the JSON-API one when an endpoint is named.
+
+    gcsfs registers for ``gs://`` a subclass that first asks Google's Storage
+    Control service (gRPC) for each bucket's layout (zonal, hierarchical).
+    Another endpoint (an emulator, a private GCS-compatible service) has no
+    such service: measured on GCS emulators, every call waited 60 s
+    for it, as the failed lookup is not cached.  The base class speaks only
+    the JSON API, which is what such endpoints implement.
+    """
+    try:
+        import gcsfs.core
+    except ImportError:  # pragma: no cover - installed with the extra
+        raise ImportError("via='fsspec' for gs:// needs gcsfs: pip install 'zstores[gcs]'") \
+            from None
+    if endpoint:
+        return gcsfs.core.GCSFileSystem
+    import fsspec
+
+    return fsspec.get_filesystem_class("gs")
+
+
 class GCSStore(ObjectStore):
     """Keys as objects ``<prefix>/<key>`` in a Google Cloud Storage bucket.
+
+    Two engines, chosen with ``via``: obstore (the default), which speaks
+    GCS's XML API, for Google's own service; gcsfs (``via="fsspec"``), which
+    speaks its JSON API, for anonymous access and for emulators such as
+    fake-gcs-server, which implement the JSON API and at most a part of the
+    XML one.  An endpoint refusing obstore's XML requests raises
+    ``UnsupportedOperationError`` naming ``via='fsspec'``.
 
     Parameters
     ----------
@@ -272,8 +304,8 @@ class GCSStore(ObjectStore):
     token : str, optional
         An OAuth 2 access token to send as is (it is not refreshed).
     anonymous : bool
-        Unsigned requests (public buckets); needs ``via="fsspec"`` (gcsfs),
-        because obstore's unsigned mode for GCS still asks for a token.
+        Unsigned requests (public buckets, emulators); needs ``via="fsspec"``
+        (gcsfs), because obstore's unsigned mode for GCS still asks for a token.
     via : {"obstore", "fsspec"}
         The library sending the requests: obstore (default) or gcsfs.
     connect_timeout : float
@@ -317,13 +349,28 @@ class GCSStore(ObjectStore):
                    if name not in ("self", "location", "mode", "__class__")}
         super().__init__(location, mode=mode, options=options)
 
+    def _gcsfs_token(self) -> Any:
+        """gcsfs's ``token``: "anon", a key file, static credentials, or None (its defaults)."""
+        options = self._options
+        if options["anonymous"]:
+            return "anon"
+        if options["service_account_path"]:
+            return options["service_account_path"]
+        if options["token"]:
+            # A bare string would be read as a file name or a refresh token
+            # (gcsfs then asks oauth2.googleapis.com); a Credentials object
+            # without a refresh token is sent as it is.
+            import google.oauth2.credentials
+
+            return google.oauth2.credentials.Credentials(options["token"])
+        return None
+
     def _make_engine(self) -> Any:
         options = self._options
         endpoint = options["endpoint_url"]
         if options["via"] == "fsspec":
-            token: Any = "anon" if options["anonymous"] else (
-                options["service_account_path"] or options["token"])
-            return _fsspec_engine(self, "gs", token=token, endpoint_url=endpoint)
+            return _fsspec_engine(self, "gs", filesystem=_gcsfs_class(endpoint),
+                                  token=self._gcsfs_token(), endpoint_url=endpoint)
         if options["anonymous"]:
             raise UnsupportedOperationError(
                 f"{type(self).__name__} {self._url()}: anonymous GCS access needs via='fsspec' "
@@ -342,6 +389,20 @@ class GCSStore(ObjectStore):
                                           retry_config=retry, **config)
 
         return _obstore_engine(options, build, endpoint)
+
+    def _typed_error(self, error: BaseException) -> Exception:
+        typed = super()._typed_error(error)
+        if self.via == "obstore" and self._options["endpoint_url"] and (
+                isinstance(typed, UnsupportedOperationError)
+                or "invalid uploadType" in str(error)):
+            # An endpoint without GCS's XML API: an emulator (gcp-storage-emulator
+            # answers 501 to obstore's listing, fake-gcs-server 400 to its PUT).
+            return backend_error(
+                UnsupportedOperationError, self._store_name(),
+                "the endpoint does not answer GCS's XML API, which obstore speaks; "
+                "emulators implement the JSON API: open it with via='fsspec' (gcsfs)",
+                self._secrets(), error, detail=_short(error))
+        return typed
 
 
 # ------------------------------------------------------------------- Azure
