@@ -21,6 +21,11 @@ __all__ = ["MemoryStore"]
 _EDITS = 64
 
 
+#: The counts of a folder of keys only, listed but not yet changed: every name 1.
+#: Never changed itself: ``_count`` replaces it with real counts first.
+_ALL_KEYS: dict[str, int] = {}
+
+
 class _Stale(Exception):
     """The folder index disagrees with the dict (a key changed behind the store's back)."""
 
@@ -165,12 +170,14 @@ class MemoryStore(Store):
             names = self._named.get(prefix)
             if names is None:
                 counts = self._folders.get(prefix)
-                if counts is None:
-                    counts = self._count_names(prefix)
-                if not counts:
-                    return []
-                self._folders[prefix] = counts
-                names = self._named[prefix] = SortedNames(sorted(counts))
+                if counts is None:  # a folder not listed before
+                    counts, listed = self._count_names(prefix)
+                    if not listed:
+                        return []
+                    self._folders[prefix] = counts
+                else:
+                    listed = sorted(counts)
+                names = self._named[prefix] = SortedNames(listed)
         return names  # listdir copies it: the remembered list is never handed out
 
     # ------------------------------------------------------- the folder index
@@ -236,8 +243,13 @@ class MemoryStore(Store):
             self._tracking = True
             self._indexed = len(self._data)
 
-    def _count_names(self, prefix: str) -> dict[str, int]:
-        """{name: keys at or below it} directly under ``prefix``, from the sorted keys."""
+    def _count_names(self, prefix: str) -> tuple[dict[str, int], list[str]]:
+        """{name: keys at or below it} directly under ``prefix``, and the names sorted.
+
+        Counted from the sorted keys.  A folder of keys only (a folder of
+        chunks) has the names sorted as they come, and its counts (all 1) are
+        made when a change first touches it (``_ALL_KEYS``), not at the listing.
+        """
         keys = self._keys
         if keys is None:
             keys = self._keys = sorted(self._data)
@@ -247,7 +259,7 @@ class MemoryStore(Store):
         start = len(prefix)
         names = [key[start:] for key in keys[low:high]]
         if "/" not in "\x00".join(names):  # no sub-folder: the names are the keys
-            return dict.fromkeys(names, 1)
+            return _ALL_KEYS, names
         counts: dict[str, int] = {}
         at = low
         while at < high:  # a child folder's keys are counted by bisection, not read
@@ -258,7 +270,7 @@ class MemoryStore(Store):
                 end = at + 1
             counts[name] = counts.get(name, 0) + end - at
             at = end
-        return counts
+        return counts, sorted(counts)
 
     def _len(self) -> int:
         return len(self._data)
@@ -281,6 +293,8 @@ def _count(folders: dict[str, dict[str, int]], named: dict[str, SortedNames], ke
         slash = key.find("/", start)
         prefix = key[:start]
         counts = folders.get(prefix)
+        if counts is _ALL_KEYS:  # counted when first needed; its names are still kept
+            counts = folders[prefix] = dict.fromkeys(named[prefix], 1)
         if counts is not None:
             name = key[start:] if slash < 0 else key[start:slash]
             count = counts.get(name, 0) + step
