@@ -1,7 +1,8 @@
-"""The ``zstores`` command on object-store URLs (s3://, az://), for real.
+"""The ``zstores`` command on object-store URLs (s3://, az://, gs://), for real.
 
 Every subcommand runs in a subprocess against the test command's emulators
-(moto for S3, Azurite for Azure Blob; see scripts/services), with the
+(moto for S3, Azurite for Azure Blob, fake-gcs-server for GCS through gcsfs,
+``via=fsspec``; see scripts/services), with the
 credentials in the URL as a user would type them: none may show in anything
 the command prints.  ``cp`` into S3 killed
 with SIGKILL midway leaves only whole values, and the same command run again
@@ -31,9 +32,12 @@ from cli_helpers import (
 )
 from object_urls import (
     AZURITE_KEY,
+    GCS_TOKEN,
     S3_SECRET,
     azure_store_url,
+    gcs_store_url,
     new_azure_container,
+    new_gcs_bucket,
     new_s3_bucket,
     s3_env,
     s3_store_url,
@@ -42,7 +46,7 @@ from object_urls import (
 pytest.importorskip("obstore")
 
 SAMPLE_KEYS = 23  # what write_sample writes: 5 metadata documents and 18 chunks
-SECRETS = (S3_SECRET, AZURITE_KEY)
+SECRETS = (S3_SECRET, AZURITE_KEY, GCS_TOKEN)
 
 
 def shows_no_secret(result: Result) -> Result:
@@ -75,7 +79,7 @@ def test_every_subcommand_works_on_an_object_store(object_url, tmp_path: Path) -
         "/", "├── counts  (10,) int16", "└── g/", "    └── temp  (20, 20) float64"]
     info = run("info", url, "counts", "--json").json()
     assert (info["shape"], info["chunks_initialized"], info["nchunks"]) == ([10], 2, 3)
-    assert info["store_type"] in ("S3Store", "AzureStore")
+    assert info["store_type"] in ("S3Store", "AzureStore", "GCSStore")
     usage = run("du", url, "--json").json()
     assert (usage["keys"], usage["bytes"]) == (SAMPLE_KEYS, sum(map(len, written.values())))
     checked = run("verify", url)
@@ -197,3 +201,63 @@ def test_cp_from_lmdb_to_s3_killed_midway_resumes_and_verifies(s3_endpoint: str,
     assert contents(dst) == source
     checked = run("verify", dst, "--jobs", "4")
     assert checked.code == 0 and f"{rows:,} of {rows:,} chunks decoded" in checked.out
+
+
+# ------------------------------------------------------------------------ GCS
+@pytest.fixture
+def gcs_object_url(gcs_endpoint: str):
+    """Makes gs:// URLs (via=fsspec, a token in the query) of fresh prefixes in one new bucket."""
+    bucket = new_gcs_bucket(gcs_endpoint)
+    return lambda prefix: gcs_store_url(gcs_endpoint, bucket, prefix)
+
+
+def test_every_subcommand_works_on_gcs(gcs_object_url, tmp_path: Path) -> None:
+    test_every_subcommand_works_on_an_object_store(gcs_object_url, tmp_path)
+
+
+def test_cp_between_lmdb_and_gcs_resumes_and_verifies(gcs_object_url, tmp_path: Path) -> None:
+    """Up to gs:// killed midway, resumed; then down again into LMDB, resumed too."""
+    rows = 300
+    src = f"lmdb://{tmp_path}/run1.lmdb"
+    write_rows(src, rows)
+    total = rows + 1
+    dst = gcs_object_url("run1")
+    process = subprocess.Popen([*COMMAND, "cp", src, dst, "--jobs", "2", "--progress"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    try:
+        progress = _Progress(process, total)
+        progress.wait_for_some()
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+    assert GCS_TOKEN not in progress.text
+    source = contents(src)
+    partial = contents(dst)  # whole values only (a GCS upload is atomic), each the source's
+    assert len(partial) < total or process.returncode != -signal.SIGKILL
+    assert all(source[key] == value for key, value in partial.items())
+    resumed = run("cp", src, dst)
+    assert (resumed.code, resumed.err) == (0, "")
+    assert f"skipped {len(partial):,} identical keys" in resumed.out
+    assert f"{total:,} of {total:,} keys verified" in resumed.out
+    assert contents(dst) == source
+    checked = run("verify", dst, "--jobs", "4")
+    assert checked.code == 0 and f"{rows:,} of {rows:,} chunks decoded" in checked.out
+
+    back = f"lmdb://{tmp_path}/back.lmdb"
+    first = run("cp", dst, back)
+    assert first.code == 0 and f"{total:,} of {total:,} keys verified" in first.out
+    again = run("cp", dst, back)  # everything there already: all skipped, verified
+    assert again.code == 0 and f"skipped {total:,} identical keys" in again.out
+    assert contents(back) == source
+    listed = run("ls", dst)
+    assert listed.code == 0 and listed.out.splitlines() == [f"/  ({rows}, 64) float64"], listed
+
+
+def test_a_missing_gcs_bucket_is_one_line_without_the_token(gcs_endpoint: str) -> None:
+    url = gcs_store_url(gcs_endpoint, "zx-no-such-gcs-bucket", "p")
+    for command in (["ls", url], ["verify", url]):
+        failed = run(*command)
+        assert failed.code == 1 and len(failed.err.splitlines()) == 1, failed
+        assert "bucket 'zx-no-such-gcs-bucket' does not exist" in failed.err

@@ -1,4 +1,5 @@
-"""``zfuse mount`` of object-store URLs (S3 on moto, Azure Blob on Azurite), for real.
+"""``zfuse mount`` of object-store URLs (S3 on moto, Azure Blob on Azurite, GCS on
+fake-gcs-server through gcsfs), for real.
 
 zarr-python 3's LocalStore writes and reads an array through the mounted
 folder while zstores reads the same objects from the bucket, and the
@@ -24,9 +25,12 @@ from zstores.adapters import zarr_store
 from fuse_helpers import ZFUSE, run_zfuse
 from object_urls import (
     AZURITE_KEY,
+    GCS_TOKEN,
     S3_SECRET,
     azure_store_url,
+    gcs_store_url,
     new_azure_container,
+    new_gcs_bucket,
     new_s3_bucket,
     s3_env,
     s3_store_url,
@@ -49,7 +53,7 @@ def _mount_from_stdin(url: str, mountpoint: Path, *options: str) -> int:
     done = subprocess.run([*ZFUSE, "mount", "-", str(mountpoint), *options], input=url + "\n",
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    for secret in (S3_SECRET, AZURITE_KEY):
+    for secret in (S3_SECRET, AZURITE_KEY, GCS_TOKEN):
         assert secret not in done.stdout + done.stderr
     return _daemon_pid(done.stdout)
 
@@ -76,12 +80,14 @@ def test_zarr_writes_through_the_mount_and_zstores_reads_the_bucket(
     try:
         command_line = _cmdline(pid)
         assert S3_SECRET not in command_line and AZURITE_KEY not in command_line
+        assert GCS_TOKEN not in command_line
         assert command_line.split()[-2:] == ["-", str(mountpoint)]
         listed = run_zfuse("list", "--json")
         entry = next(e for e in json.loads(listed.stdout)
                      if e["mountpoint"] == str(mountpoint))
         assert entry["pid"] == pid and "***" in entry["url"]
         assert S3_SECRET not in listed.stdout and AZURITE_KEY not in listed.stdout
+        assert GCS_TOKEN not in listed.stdout
         assert (mountpoint / "readme.txt").read_bytes() == b"written before the mount"
         local = zarr.storage.LocalStore(mountpoint)
         array = zarr.create_array(store=local, name="grid", shape=data.shape, chunks=(16, 16),
@@ -120,6 +126,12 @@ def test_an_array_in_s3_reads_through_a_mount_with_credentials_from_the_environm
             (mountpoint / "new").write_bytes(b"x")
     finally:
         _unmount(mountpoint)
+
+
+def test_zarr_writes_through_a_mount_of_gcs(gcs_endpoint: str, mountpoint: Path) -> None:
+    """The same round trip on gs:// (via=fsspec, a token in the URL on standard input)."""
+    url = gcs_store_url(gcs_endpoint, new_gcs_bucket(gcs_endpoint), "mounted/run1")
+    test_zarr_writes_through_the_mount_and_zstores_reads_the_bucket(url, mountpoint)
 
 
 def test_a_url_on_stdin_is_refused_when_empty(mountpoint: Path) -> None:

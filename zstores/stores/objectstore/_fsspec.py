@@ -286,4 +286,16 @@ class FsspecEngine:
                      [(self._full(source), self._full(target)) for source, target in moves])
 
     def close(self) -> None:
-        """fsspec file systems hold sessions on their own loop; nothing to do per store."""
+        """Close the file system's HTTP session (gcsfs, fsspec's HTTP), if it opened one.
+
+        Left open, gcsfs's finalizer closes it while the interpreter exits,
+        which took 8 to 20 s of every ``zstores`` command on gs:// (measured).
+        """
+        fs, self._fs = self._fs, None
+        session = getattr(fs, "_session", None)
+        if session is None or self._fs_pid != os.getpid() or session.closed:
+            return
+        try:
+            self._fsspec.asyn.sync(fs.loop, session.close, timeout=self.connect_timeout)
+        except Exception:  # noqa: BLE001 - a session that cannot close is let go
+            pass
