@@ -5,6 +5,8 @@
   what zarr writes through ``S3Store`` reads in it;
 - zarr-python 3's ``FsspecStore`` (s3fs) and ``ObjectStore`` (obstore), in
   formats 2 and 3, both ways;
+- on GCS (fake-gcs-server), zarr-python 2.18's ``FSStore`` (gcsfs) and
+  ``GCSStore`` (``via=fsspec``) read what the other wrote;
 - tensorstore's ``s3`` kvstore (endpoint override, credentials from the
   environment) reads arrays written through ``S3Store`` in formats 2 and 3.
 
@@ -20,9 +22,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from zstores.stores.objectstore import S3Store
+from zstores.stores.objectstore import GCSStore, S3Store
 
-from object_urls import S3_KEY_ID, S3_REGION, S3_SECRET, new_s3_bucket, s3_env, s3_options
+from object_urls import (
+    S3_KEY_ID,
+    S3_REGION,
+    S3_SECRET,
+    gcs_options,
+    new_gcs_bucket,
+    new_s3_bucket,
+    s3_env,
+    s3_options,
+)
 
 pytest.importorskip("obstore")
 zarr = pytest.importorskip("zarr", minversion="3")
@@ -108,6 +119,57 @@ result = [hashlib.sha256(np.ascontiguousarray(x, dtype="<i4").tobytes()).hexdige
     assert seen[0] == digest(sample()) and seen[1] == {"source": "zstores"}
     with ours(s3_endpoint, bucket, "from-zstores", mode="r") as store:
         assert set(seen[2]) == set(store)
+
+
+# ---------------------------------------------------- zarr-python 2.18 on GCS
+# gcsfs's class for gs:// asks Google's Storage Control service (gRPC) for each
+# bucket's layout, which an emulator lacks (60 s per call): a zarr 2 user on an
+# emulator switches that class off with gcsfs's own variable, before importing it.
+ZARR2_GCS_STORAGE = """
+import os
+os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+import zarr
+store = zarr.storage.FSStore(f"gs://{bucket}/{prefix}", token="anon", endpoint_url=endpoint)
+"""
+
+
+def gcs_ours(endpoint: str, bucket: str, prefix: str, mode: str = "a") -> GCSStore:
+    return GCSStore(f"{bucket}/{prefix}", mode=mode, **gcs_options(endpoint))
+
+
+def test_zarr2_fsstore_on_gcs_and_gcsstore_read_each_other(zarr2, gcs_endpoint: str) -> None:
+    bucket = new_gcs_bucket(gcs_endpoint)
+    keys = zarr2.run(ZARR2_GCS_STORAGE + """
+import numpy as np, numcodecs
+root = zarr.group(store=store, overwrite=True)
+root.attrs["source"] = "zarr 2"
+data = (np.arange(shape[0] * shape[1], dtype="<i4").reshape(shape) * 7) % 1000 - 300
+x = root.create_dataset("x", shape=shape, chunks=chunks, dtype="<i4",
+                        compressor=numcodecs.Blosc("zstd", 3))
+x[...] = data
+result = sorted(store.keys())
+""", endpoint=gcs_endpoint, bucket=bucket, prefix="from-zarr2", shape=list(SHAPE),
+        chunks=list(CHUNKS))
+    with gcs_ours(gcs_endpoint, bucket, "from-zarr2", mode="r") as store:
+        group = zarr.open_group(zarr_store(store), mode="r")
+        np.testing.assert_array_equal(group["x"][...], sample())
+        assert dict(group.attrs) == {"source": "zarr 2"} and set(store) == set(keys)
+
+    with gcs_ours(gcs_endpoint, bucket, "from-zstores", mode="w") as store:
+        group = zarr.open_group(zarr_store(store), mode="w", zarr_format=2)
+        group.attrs["source"] = "zstores"
+        x = group.create_array("x", shape=SHAPE, chunks=CHUNKS, dtype="<i4", fill_value=0)
+        x[...] = sample()
+        written = set(store)
+    seen = zarr2.run(ZARR2_GCS_STORAGE + """
+import hashlib, numpy as np
+root = zarr.open_group(store=store, mode="r")
+x = root["x"][...]
+result = [hashlib.sha256(np.ascontiguousarray(x, dtype="<i4").tobytes()).hexdigest(),
+          dict(root.attrs), sorted(store.keys())]
+""", endpoint=gcs_endpoint, bucket=bucket, prefix="from-zstores")
+    assert seen[0] == digest(sample()) and seen[1] == {"source": "zstores"}
+    assert set(seen[2]) == written
 
 
 # ------------------------------------------------------------- zarr-python 3
