@@ -348,6 +348,52 @@ def test_gcs_server_gone_after_open_is_a_connection_error(private_gcs):
     assert GCS_TOKEN not in chain_text(info.value)
 
 
+class _RefusingGCS:
+    """A loopback HTTP server answering every request as GCS refuses a token (HTTP 403).
+
+    The emulator accepts any credentials; this shows what a refusal becomes.
+    """
+
+    def __enter__(self) -> str:
+        import http.server
+        import json
+        import threading
+
+        body = json.dumps({"error": {"code": 403, "message": "Forbidden: the token lacks "
+                                     "storage.objects.list", "errors": []}}).encode()
+
+        class Refuse(http.server.BaseHTTPRequestHandler):
+            def refuse(self) -> None:
+                self.send_response(403)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = refuse
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_gcs_refused_token_is_a_permission_error():
+    with _RefusingGCS() as url:
+        start = time.monotonic()
+        with pytest.raises(StoreAccessError, match="refused the credentials") as info:
+            GCSStore("bucket/p", endpoint_url=url, via="fsspec", token=GCS_TOKEN)
+        assert isinstance(info.value, PermissionError)
+        assert time.monotonic() - start < 10
+        assert GCS_TOKEN not in chain_text(info.value)
+
+
 # ------------------------------------------------------------------------ HTTP
 @pytest.fixture
 def http_site():
