@@ -78,14 +78,24 @@ def s3_array(s3_endpoint: str):
 
 
 def test_unsynchronized_writers_lose_updates_on_s3(pool, s3_array) -> None:
-    """The failure the synchronizer exists for, shown on the same workload."""
-    run_writers(pool, s3_array)
-    counts = s3_array[:]
+    """The failure the synchronizer exists for, shown on the same workload.
+
+    Whether unguarded writers collide depends on the scheduler: on a machine
+    loaded enough that one writer runs while the others wait for a core, a
+    run can pass untouched, so the workload is tried up to three times.
+    """
     expected = expected_counts()
-    assert (counts <= expected).all()  # nothing is ever counted twice ...
-    lost = int((expected - counts).sum())
-    print(f"lost {lost:,} of {int(expected.sum()):,} increments")
-    assert lost > 0, "no update was lost: the writers did not overlap"  # ... but some vanish
+    for _attempt in range(3):
+        s3_array[:] = 0
+        run_writers(pool, s3_array)
+        counts = s3_array[:]
+        assert (counts <= expected).all()  # nothing is ever counted twice ...
+        lost = int((expected - counts).sum())
+        print(f"lost {lost:,} of {int(expected.sum()):,} increments")
+        if lost:
+            break
+    # ... but some vanish
+    assert lost > 0, "no update was lost in 3 runs: the writers never overlapped"
 
 
 def test_redis_synchronized_writers_count_exactly_on_s3(pool, s3_array, redis_url: str) -> None:
