@@ -20,6 +20,7 @@ from zstores.errors import StoreClosedError
 from zstores.urls import open_store
 
 from conftest import missing_peer
+from object_urls import azure_store_url, new_azure_container, new_s3_bucket, s3_store_url
 from zarr2_suite.backends import ALL, backend_url, missing_server
 from zarr3_suite import run_async_tests
 
@@ -71,6 +72,58 @@ for _backend in ALL:
     _name = f"TestZarr3Suite_{_backend}"
     globals()[_name] = run_async_tests(type(_name, (AdapterSuite,), {"backend": _backend}))
 del _backend, _name
+
+
+class ObjectStoreSuite(AdapterSuite):
+    """zarr's suite over an object store on the test command's emulator (a fresh bucket)."""
+
+    backend = "object"
+    #: The engine sending the requests (``via=``).
+    via = "obstore"
+
+    def new_url(self, request: pytest.FixtureRequest) -> str:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store_kwargs(self, request):
+        backend = open_store(self.new_url(request), mode="w")
+        yield {"store": backend}
+        if not backend.closed:
+            backend.clear()  # the emulator outlives the test
+        backend.close()
+
+
+class S3Suite(ObjectStoreSuite):
+    def new_url(self, request):
+        endpoint = request.getfixturevalue("s3_endpoint")
+        return s3_store_url(endpoint, new_s3_bucket(endpoint), "zarr3 suite", via=self.via)
+
+
+class AzureSuite(ObjectStoreSuite):
+    def new_url(self, request):
+        endpoint = request.getfixturevalue("azure_endpoint")
+        url = azure_store_url(endpoint, new_azure_container(endpoint), "zarr3 suite")
+        return f"{url}&via={self.via}"
+
+
+@run_async_tests
+class TestZarr3Suite_s3(S3Suite):
+    pass
+
+
+@run_async_tests
+class TestZarr3Suite_s3_via_fsspec(S3Suite):
+    via = "fsspec"
+
+
+@run_async_tests
+class TestZarr3Suite_azure(AzureSuite):
+    pass
+
+
+@run_async_tests
+class TestZarr3Suite_azure_via_fsspec(AzureSuite):
+    via = "fsspec"
 
 
 # ------------------------------------------------------------------------

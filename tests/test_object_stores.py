@@ -28,6 +28,7 @@ import pytest
 
 from zstores import open_store
 from zstores.errors import (
+    InvalidKeyError,
     ReadOnlyError,
     StoreAccessError,
     StoreConnectionError,
@@ -174,6 +175,12 @@ class TestS3Store(ObjectStoreTests):
         self.client.put_object(Bucket=self.bucket, Key=self.raw_name(store, key), Body=value)
 
 
+class TestS3StoreViaFsspec(TestS3Store):
+    """The same bucket through s3fs (``via="fsspec"``): the same behaviour and errors."""
+
+    via = "fsspec"
+
+
 # ------------------------------------------------------- Azure Blob (Azurite)
 @pytest.fixture
 def azure_container():
@@ -195,12 +202,14 @@ def azure_options(url: str) -> dict:
 
 class TestAzureStore(ObjectStoreTests):
     many_keys = 1_000  # Azurite lists and writes far slower than moto
+    via = "obstore"
+
     @pytest.fixture(autouse=True)
     def _container(self, azure_container):
         self.url, self.client, self.container = azure_container
 
     def open_store(self, location, mode="a"):
-        return AzureStore(f"{self.container}/{prefix_for(location)}", mode=mode,
+        return AzureStore(f"{self.container}/{prefix_for(location)}", mode=mode, via=self.via,
                           **azure_options(self.url))
 
     def raw_get(self, store, key):
@@ -213,6 +222,12 @@ class TestAzureStore(ObjectStoreTests):
 
     def raw_set(self, store, key, value):
         self.client.upload_blob(self.raw_name(store, key), value, overwrite=True)
+
+
+class TestAzureStoreViaFsspec(TestAzureStore):
+    """The same container through adlfs (``via="fsspec"``): the same behaviour and errors."""
+
+    via = "fsspec"
 
 
 def test_azure_wrong_key_is_a_permission_error(azure_container):
@@ -392,6 +407,96 @@ def test_gcs_refused_token_is_a_permission_error():
         assert isinstance(info.value, PermissionError)
         assert time.monotonic() - start < 10
         assert GCS_TOKEN not in chain_text(info.value)
+
+
+# ---------------------------------------------- both engines, the same errors
+ENGINES = ["obstore", "fsspec"]
+
+
+@pytest.mark.parametrize("via", ENGINES)
+def test_engines_report_a_missing_bucket_alike(via, s3_bucket, azure_container):
+    s3, _, bucket = s3_bucket
+    azure, _, _ = azure_container
+    with pytest.raises(StoreNotFoundError, match=f"bucket '{bucket}-nope' does not exist") as info:
+        S3Store(f"{bucket}-nope/p", via=via, **s3_options(s3))
+    assert S3_SECRET not in chain_text(info.value)
+    with pytest.raises(StoreNotFoundError, match="container 'zt-nope' does not exist") as info:
+        AzureStore("zt-nope/p", via=via, **azure_options(azure))
+    assert AZURITE_KEY not in chain_text(info.value)
+
+
+@pytest.mark.parametrize("via", ENGINES)
+def test_engines_report_a_refused_key_alike(via, azure_container):
+    url, _, container = azure_container
+    wrong = "A" * 8 + AZURITE_KEY[8:]
+    with pytest.raises(StoreAccessError, match=f"AzureStore az://{container}/p") as info:
+        AzureStore(f"{container}/p", via=via, endpoint_url=url, account_name=AZURITE_ACCOUNT,
+                   account_key=wrong)
+    assert wrong not in chain_text(info.value)
+
+
+@pytest.mark.parametrize("via", ENGINES)
+def test_engines_report_a_dead_endpoint_alike(via):
+    """A connection error within connect_timeout, never "the bucket does not exist"
+    (fsspec's own exists() answers False when nothing listens)."""
+    port = free_port()
+    start = time.monotonic()
+    with pytest.raises(StoreConnectionError, match="S3Store s3://bucket/p .*within 2 s") as info:
+        S3Store("bucket/p", via=via, endpoint_url=f"http://127.0.0.1:{port}",
+                access_key_id=S3_KEY_ID, secret_access_key=S3_SECRET, connect_timeout=2)
+    assert S3_SECRET not in chain_text(info.value)
+    with pytest.raises(StoreConnectionError, match="AzureStore az://c/p .*within 2 s"):
+        AzureStore("c/p", via=via, connect_timeout=2,
+                   **azure_options(f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"))
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("via", ENGINES)
+def test_engines_read_what_the_other_wrote(via, s3_bucket, azure_container):
+    """One layout whatever the engine: keys with glob characters and spaces included
+    (fsspec's many-path calls would expand "*" and "[x]" as patterns)."""
+    s3, _, bucket = s3_bucket
+    azure, _, container = azure_container
+    other = "fsspec" if via == "obstore" else "obstore"
+    values = {"a/*": b"star", "a/[x]": b"brackets", "a/x=1&y": b"query-like", "b c/0.0": bytes(100),
+              "empty": b""}
+    for cls, location, options in ((S3Store, f"{bucket}/p", s3_options(s3)),
+                                   (AzureStore, f"{container}/p", azure_options(azure))):
+        with cls(location, via=via, **options) as writer:
+            writer.setitems(values)
+        with cls(location, via=other, **options) as reader:
+            assert reader.getitems([*values, "a/missing"]) == values
+            assert list(reader) == sorted(values)
+            assert reader.listdir("a") == ["*", "[x]", "x=1&y"]
+            reader.delitems(["a/*", "a/x=1&y"])
+            with pytest.raises(KeyError, match="'a/\\*'"):
+                reader["a/*"]
+            assert reader["a/[x]"] == b"brackets"
+
+
+@pytest.mark.parametrize("via", ENGINES)
+def test_keys_no_engine_can_store_are_refused(via, s3_bucket, azure_container):
+    """Control characters: obstore can neither write nor list such an object (a bucket
+    holding one could not be listed), so no engine writes one.  '?' and '#' through
+    adlfs: it parses paths as URLs and would write "a/?" as the blob "a/"."""
+    s3, _, bucket = s3_bucket
+    azure, _, container = azure_container
+    with S3Store(f"{bucket}/p", via=via, **s3_options(s3)) as s3_store, \
+            AzureStore(f"{container}/p", via=via, **azure_options(azure)) as azure_store:
+        for store in (s3_store, azure_store):
+            for key in ("a\tb", "x/\x7f", "c/\x1b[0m"):
+                with pytest.raises(InvalidKeyError, match="control characters"):
+                    store[key] = b"1"
+        s3_store["a/?"] = b"q"
+        assert s3_store["a/?"] == b"q"
+        if via == "obstore":
+            azure_store["a/?"] = b"q"
+            assert azure_store["a/?"] == b"q"
+        else:
+            for key in ("a/?", "a/#", "#"):
+                with pytest.raises(InvalidKeyError, match="adlfs parses paths as URLs"):
+                    azure_store[key] = b"q"
+            assert list(azure_store) == []  # nothing written under another name
 
 
 # ------------------------------------------------------------------------ HTTP

@@ -17,6 +17,7 @@ API that gcsfs speaks) and for environments already configured for fsspec
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import re
 from collections.abc import Awaitable, Callable, Iterator
@@ -25,6 +26,21 @@ from typing import Any
 __all__ = ["FsspecEngine"]
 
 _STATUS = re.compile(r"\b(401|403|404|416|429|501|503)\b")
+
+
+def _library_errors() -> tuple[type[BaseException], ...]:
+    """The client libraries' own exception bases the file systems let through
+    (botocore's ``EndpointConnectionError``, azure-core's ``HttpResponseError``
+    with its ``status_code``, aiohttp's ``ClientError``)."""
+    bases = []
+    for module, name in (("botocore.exceptions", "BotoCoreError"),
+                         ("azure.core.exceptions", "AzureError"),
+                         ("aiohttp", "ClientError")):
+        try:
+            bases.append(getattr(importlib.import_module(module), name))
+        except ImportError:  # that file system is not installed: nothing of it to catch
+            continue
+    return tuple(bases)
 
 
 def _import_fsspec(extra: str) -> Any:
@@ -84,8 +100,17 @@ class FsspecEngine:
         self.max_concurrency = max_concurrency
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
-        self.driver_errors = (OSError, ValueError, RuntimeError, self._fsspec.FSTimeoutError)
+        self.driver_errors = (OSError, ValueError, RuntimeError, self._fsspec.FSTimeoutError,
+                              *_library_errors())
         self.suffix_ranges = True
+        self.refused_characters, self.refused_reason = "", ""
+        if protocol == "az":
+            # adlfs parses its paths as URLs: "a/?x" would be stored as "a/",
+            # and "a/#" read as "a/".
+            self.refused_characters = "?#"
+            self.refused_reason = ("adlfs parses paths as URLs ('?' starts a query, '#' a "
+                                   "fragment) and would reach another blob; use "
+                                   "via='obstore' for such keys")
 
     @property
     def fs(self) -> Any:
@@ -109,10 +134,12 @@ class FsspecEngine:
             return "denied"  # gcsfs raises a plain OSError("Forbidden: ...") for a 403
         if isinstance(error, FileNotFoundError):
             return "missing"
-        if isinstance(error, (ConnectionError, TimeoutError, self._fsspec.FSTimeoutError)) \
-                or "connect" in text.lower():
+        code = getattr(error, "code", None) or getattr(error, "status", None) \
+            or getattr(error, "status_code", None)  # azure-core's HttpResponseError
+        if not isinstance(code, int) and (
+                isinstance(error, (ConnectionError, TimeoutError, self._fsspec.FSTimeoutError))
+                or "connect" in text.lower() or "ServiceRequestError" in text):
             return "connection"
-        code = getattr(error, "code", None) or getattr(error, "status", None)
         if not isinstance(code, int):
             status = _STATUS.search(text)
             code = int(status.group(1)) if status else 0
@@ -233,14 +260,27 @@ class FsspecEngine:
     # ------------------------------------------------------------- listings
     def list(self, folder: str) -> Iterator[tuple[str, int]]:
         """``(path, size)`` of every object under ``folder`` ("" or "a/b/")."""
-        try:
-            found = self._run(self.fs._find, self._full(folder), detail=True, withdirs=False)
-        except FileNotFoundError:
-            return
         start = self._full(folder)
-        for name, info in sorted(found.items()):
+        for name, info in sorted(self._find_under(folder).items()):
             if info.get("type") != "directory" and name.startswith(start) and name != start:
                 yield name[len(self.base):], int(info["size"])
+
+    def _find_under(self, folder: str) -> dict[str, dict[str, Any]]:
+        """Everything whose name starts with ``folder`` (names may go past it: "a/bc").
+
+        Asked as ``find(bucket, prefix=...)``: adlfs answers ``find("bucket/a/")``
+        with the object "a" alone when there is one, hiding the keys below it,
+        and in object storage a key may also be a prefix.
+        """
+        within = self._full(folder)[len(self.container) + 1:]
+        try:
+            found = self._run(self.fs._find, self.container, prefix=within, detail=True,
+                              withdirs=False)
+        except FileNotFoundError:
+            return {}
+        if not isinstance(found, dict):  # adlfs answers a list of names in some cases
+            found = {info["name"]: info for info in found if isinstance(info, dict)}
+        return found
 
     def list_folder(self, folder: str, *, probe: bool = False) -> tuple[list[str], list[str]]:
         """Object paths and prefixes directly under ``folder`` (a delimiter listing)."""
@@ -250,18 +290,40 @@ class FsspecEngine:
                                 timeout=self.connect_timeout if probe else None)
         except FileNotFoundError:
             return [], []
+        if any(info["name"].rstrip("/") == start.rstrip("/") for info in entries):
+            # The object named like the folder: adlfs then answers it alone, even
+            # with keys below "a/"; the children come from the listing below.
+            return self._children_from_find(folder)
         objects, prefixes = [], []
         for info in entries:
             name = info["name"].rstrip("/")
-            # A listing of "a/" shows the object "a" itself when nothing is under "a/".
             if not name.startswith(start) or len(name) == len(start):
                 continue
             relative = name[len(self.base):]
             (prefixes if info.get("type") == "directory" else objects).append(relative)
         return objects, prefixes
 
+    def _children_from_find(self, folder: str) -> tuple[list[str], list[str]]:
+        start = self._full(folder)
+        objects, prefixes = [], set()
+        for name, info in self._find_under(folder).items():
+            if info.get("type") == "directory" or not name.startswith(start) or name == start:
+                continue
+            child, slash, _ = name[len(start):].partition("/")
+            relative = start[len(self.base):] + child
+            if slash:
+                prefixes.add(relative)
+            else:
+                objects.append(relative)
+        return objects, sorted(prefixes)
+
     def exists(self, folder: str) -> bool:
         """Whether anything is under ``folder``; raises if the bucket itself is missing."""
+        connect = getattr(self.fs, "connect", None)
+        if callable(connect):
+            # s3fs makes its client (botocore's service data: seconds on a busy
+            # machine) on first use: made here, outside the bound on the answer.
+            connect()
         objects, prefixes = self.list_folder(folder, probe=True)
         if objects or prefixes:
             return True

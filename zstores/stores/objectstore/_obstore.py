@@ -143,6 +143,8 @@ class ObstoreEngine:
         self.max_concurrency = max_concurrency
         self.suffix_ranges = suffix_ranges
         self.bulk_delete = bulk_delete
+        self.refused_characters = ""  # beyond the control characters ObjectStore refuses
+        self.refused_reason = ""
         self._pool_lock = threading.Lock()
         self._threads: ThreadPoolExecutor | None = None
         self._threads_pid = 0

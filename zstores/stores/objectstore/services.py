@@ -472,15 +472,33 @@ class AzureStore(ObjectStore):
                    if name not in ("self", "location", "mode", "__class__")}
         super().__init__(location, mode=mode, options=options)
 
+    def _connection_string(self) -> str:
+        """An Azure connection string for ``endpoint_url`` (adlfs's only way to another endpoint).
+
+        It holds the key or SAS token: never shown (they are secret options,
+        scrubbed from every message).
+        """
+        options = self._options
+        parts = [f"BlobEndpoint={options['endpoint_url'].rstrip('/')}"]
+        if options["account_name"]:
+            parts.append(f"AccountName={options['account_name']}")
+        if options["account_key"] and not options["anonymous"]:
+            parts.append(f"AccountKey={options['account_key']}")
+        elif options["sas_token"] and not options["anonymous"]:
+            parts.append(f"SharedAccessSignature={options['sas_token'].lstrip('?')}")
+        return ";".join(parts)
+
     def _make_engine(self) -> Any:
         options = self._options
         endpoint = options["endpoint_url"]
         if options["via"] == "fsspec":
+            if endpoint:  # adlfs takes another endpoint only in a connection string
+                return _fsspec_engine(self, "az", connection_string=self._connection_string(),
+                                      anon=options["anonymous"] or None)
             return _fsspec_engine(
                 self, "az", account_name=options["account_name"],
                 account_key=options["account_key"], sas_token=options["sas_token"],
-                anon=options["anonymous"] or None,
-                **({"account_host": endpoint} if endpoint else {}))
+                anon=options["anonymous"] or None)
         obstore = import_obstore("azure")
         config: dict[str, Any] = {}
         for name in ("account_name", "account_key"):

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import errno
 import math
+import re
 from collections.abc import Iterable
 from typing import Any, ClassVar
 from urllib.parse import quote
 
 from ...base import Buffer, Mode, Store
 from ...errors import (
+    InvalidKeyError,
     StoreAccessError,
     StoreConnectionError,
     StoreIOError,
@@ -25,7 +27,7 @@ from ...errors import (
     StoreURLError,
     UnsupportedOperationError,
 )
-from ...keys import child_name
+from ...keys import child_name, normalize_key
 from ...secrets import redact_url, scrub
 from .._network import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -73,6 +75,12 @@ def check_common_options(options: dict[str, Any]) -> dict[str, Any]:
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError(f"invalid max_concurrency {concurrency!r}: it must be an int >= 1")
     return checked
+
+
+#: Characters no object-store key may hold: obstore (Rust's object_store) can
+#: neither write nor even list an object whose name has a control character.
+#: Refused for every engine, so that a bucket stays readable by all of them.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _short(error: BaseException) -> str:
@@ -217,6 +225,20 @@ class ObjectStore(Store):
                                      translate, self._secrets))
 
     # ---------------------------------------------------------------- paths
+    def _key(self, key: str) -> str:
+        """``normalize_key``, then the characters object storage cannot name."""
+        key = normalize_key(key)
+        if _CONTROL.search(key):
+            raise InvalidKeyError(
+                f"invalid key {key!r} for {type(self).__name__}: object-store keys may not "
+                "hold control characters (U+0000-U+001F, U+007F), which obstore cannot name")
+        refused = self._engine.refused_characters
+        if refused and any(character in key for character in refused):
+            raise InvalidKeyError(
+                f"invalid key {key!r} for {type(self).__name__} via={self._options['via']!r}: "
+                f"{self._engine.refused_reason}")
+        return key
+
     def _path(self, key: str) -> str:
         return self._root + key
 
