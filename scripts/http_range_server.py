@@ -10,6 +10,12 @@ included) answered 206 with ``Content-Range``, unsatisfiable ranges 416,
 ``ETag`` / ``Last-Modified`` with conditional requests (304), ``HEAD``.
 This file only maps paths to files.
 
+For tests of concurrency, ``--delay-ms`` holds every request that long (a
+network's latency, so that concurrent requests surely overlap) and the path
+``/.requests`` answers ``{"total": n, "peak": n}``: how many requests were
+served and the most that were in flight at once (``/.requests?reset=1``
+answers and starts counting afresh).  Neither changes what a file read gives.
+
 Not served: several ranges in one request (416, as werkzeug does; object-store
 clients ask for one range per request), writes (405), and paths escaping the
 folder (404).  A folder answers an HTML page of links to its entries (what
@@ -27,7 +33,10 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import os
+import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from urllib.parse import quote
@@ -51,12 +60,46 @@ def folder_page(folder: Path, url_path: str) -> Response:
     return Response(body, mimetype="text/html")
 
 
-def make_app(root: Path) -> Callable[..., Iterable[bytes]]:
-    """The WSGI application serving ``root`` read-only."""
+class RequestCounter:
+    """Requests served and the most in flight at once (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.in_flight = self.peak = self.total = 0
+
+    def __enter__(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.total += 1
+            self.peak = max(self.peak, self.in_flight)
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+    def report(self, reset: bool) -> Response:
+        with self.lock:
+            body = json.dumps({"total": self.total, "peak": self.peak})
+            if reset:
+                self.total = self.peak = 0
+        return Response(body, mimetype="application/json")
+
+
+def make_app(root: Path, delay: float = 0.0) -> Callable[..., Iterable[bytes]]:
+    """The WSGI application serving ``root`` read-only; each request held ``delay`` seconds."""
     root = root.resolve()
+    counter = RequestCounter()
 
     @Request.application
     def app(request: Request) -> Response:
+        if request.path == "/.requests":
+            return counter.report(reset="reset" in request.args)
+        with counter:
+            if delay:
+                time.sleep(delay)
+            return serve(request)
+
+    def serve(request: Request) -> Response:
         try:
             if request.method not in ("GET", "HEAD"):
                 raise MethodNotAllowed(valid_methods=["GET", "HEAD"])
@@ -81,11 +124,13 @@ def main(argv: Iterable[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--root", type=Path, required=True, help="the folder to serve")
+    parser.add_argument("--delay-ms", type=float, default=0.0,
+                        help="hold every request this long (a network's latency)")
     args = parser.parse_args(None if argv is None else list(argv))
     if not args.root.is_dir():
         parser.error(f"--root {args.root} is not a folder")
     # threaded: clients read many ranges at once (batch reads are concurrent).
-    run_simple(args.host, args.port, make_app(args.root), threaded=True)
+    run_simple(args.host, args.port, make_app(args.root, args.delay_ms / 1000), threaded=True)
 
 
 if __name__ == "__main__":

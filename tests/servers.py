@@ -46,6 +46,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -310,10 +311,17 @@ class HttpFileServer(_HttpServer):
 
     name = "http_range_server"
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, delay_ms: float = 0.0) -> None:
         super().__init__(folder)
         self.root = folder / "www"
         self.root.mkdir(exist_ok=True)
+        self.delay_ms = delay_ms
+
+    def requests(self, reset: bool = False) -> dict[str, int]:
+        """``{"total", "peak"}``: requests served, and the most in flight at once."""
+        with urllib.request.urlopen(self.endpoint + "/.requests" + ("?reset=1" if reset else ""),
+                                    timeout=30) as answer:
+            return json.load(answer)
 
     @property
     def url(self) -> str:
@@ -321,7 +329,8 @@ class HttpFileServer(_HttpServer):
 
     def command(self) -> list[str]:
         return [emulators_bin("python"), str(REPO / "scripts" / "http_range_server.py"),
-                "--port", str(self.port), "--root", str(self.root)]
+                "--port", str(self.port), "--root", str(self.root),
+                "--delay-ms", str(self.delay_ms)]
 
 
 def create_s3_bucket(endpoint: str, bucket: str) -> None:
@@ -418,12 +427,12 @@ def private_mongodb(tmp_path: Path) -> Iterator[Callable[[], MongoServer]]:
         server.stop()
 
 
-def _private_servers(tmp_path: Path, kind: type[_Server]) -> Iterator[Callable[[], _Server]]:
+def _private_servers(tmp_path: Path, kind: type[_Server]) -> Iterator[Callable[..., _Server]]:
     """A fixture's ``start()`` for ``kind``; every server started is killed afterwards."""
     servers: list[_Server] = []
 
-    def start() -> _Server:
-        server = kind(tmp_path / f"{kind.name}{len(servers)}")
+    def start(**options: Any) -> _Server:
+        server = kind(tmp_path / f"{kind.name}{len(servers)}", **options)
         servers.append(server)
         server.start()
         return server
@@ -452,8 +461,9 @@ def private_azure(tmp_path: Path) -> Iterator[Callable[[], AzuriteServer]]:
 
 
 @pytest.fixture
-def private_http(tmp_path: Path) -> Iterator[Callable[[], HttpFileServer]]:
-    """``start()``: a started private HTTP file server (``.url`` serves ``.root``)."""
+def private_http(tmp_path: Path) -> Iterator[Callable[..., HttpFileServer]]:
+    """``start(delay_ms=0)``: a started private HTTP file server (``.url`` serves ``.root``;
+    ``.requests()`` counts requests and the most in flight at once)."""
     yield from _private_servers(tmp_path, HttpFileServer)  # type: ignore[misc]
 
 

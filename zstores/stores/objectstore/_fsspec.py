@@ -140,6 +140,8 @@ class FsspecEngine:
                 isinstance(error, (ConnectionError, TimeoutError, self._fsspec.FSTimeoutError))
                 or "connect" in text.lower() or "ServiceRequestError" in text):
             return "connection"
+        if "range is not satisfiable" in text or "InvalidRange" in text:
+            return "range"  # s3fs: OSError(EINVAL, ...) for botocore's InvalidRange (HTTP 416)
         if not isinstance(code, int):
             status = _STATUS.search(text)
             code = int(status.group(1)) if status else 0
