@@ -630,6 +630,17 @@ class HTTPStore(ObjectStore):
                          self._driver_errors, translate, self._secrets)
         return True
 
+    def _typed_error(self, error: BaseException) -> Exception:
+        typed = super()._typed_error(error)
+        if isinstance(typed, UnsupportedOperationError):
+            # GETs and HEADs are always supported: what a server refuses (405, 501)
+            # is the listing, WebDAV's PROPFIND.  Said in one line, with the way out.
+            return UnsupportedOperationError(
+                f"{self._store_name()}: http:// stores cannot list keys (the server answers "
+                "no WebDAV PROPFIND); read Zarr data there through its consolidated metadata "
+                "(zarr.open_consolidated, zstores.open_consolidated) or by known keys")
+        return typed
+
     def _endpoint(self) -> str:
         return ""
 
