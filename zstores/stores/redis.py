@@ -37,8 +37,13 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: Redis' largest string (``proto-max-bulk-len``'s default and hard limit).
 MAX_STRING = 512 << 20
 
-# Keys asked for per SCAN step; each step is one round trip.
-_SCAN_COUNT = 1000
+# Keys asked for per SCAN step; each step is one round trip.  The server
+# visits this many slots per step (about a millisecond of its time for
+# 10,000), so listings of many keys take few round trips: at 1,000 a listing
+# of 100,000 keys took 2-3x as long as zarr-python 2's one KEYS call.
+_SCAN_COUNT = 10_000
+# Any text joined by this separator splits back into the keys: no key has a NUL.
+_NUL = "\x00"
 
 # Characters SCAN's MATCH treats as glob syntax.
 _GLOB = re.compile(rb"([*?\[\]\\^-])")
@@ -504,6 +509,21 @@ class RedisStore(Store):
         return [self._decode(name) for name in names]
 
     # -------------------------------------------------------------- fast paths
+    @network_errors_as
+    def _listdir(self, prefix: str) -> list[str]:
+        found: set[bytes] = set()
+        for page in self._pages(prefix):
+            found.update(page)
+        if not found:
+            return []
+        # The names cut and decoded at once: one join, one decode, one split
+        # (C-level) instead of a decode and a child_name call per key.
+        cut = self._base_length + len(prefix.encode("utf-8"))
+        text = b"\x00".join([name[cut:] for name in found]).decode("utf-8")
+        if "/" not in text:  # no sub-folder: the names are the keys
+            return text.split(_NUL)
+        return list(dict.fromkeys(name.partition("/")[0] for name in text.split(_NUL)))
+
     @network_errors_as
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
         value = self._range(
