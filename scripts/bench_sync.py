@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_common import missing_peers
+
 ROOT = Path(__file__).resolve().parents[1]
 MARK_BEGIN = "<!-- bench_sync:begin -->"
 MARK_END = "<!-- bench_sync:end -->"
@@ -331,7 +333,10 @@ def main() -> None:
                         help="write the tables to docs/benchmarks.md")
     parser.add_argument("--smoke", action="store_true",
                         help="a few small stripes, one round: that it all still runs")
+    parser.add_argument("--require-peers", action="store_true",
+                        help="fail (status 3) when zarr-python 2.18's environment is missing")
     args = parser.parse_args()
+    missing_peers({"zarr-python 2.18": Path(args.zarr2_python).exists()}, args.require_peers)
     if args.smoke:
         if args.record:
             parser.error("--smoke figures are not worth recording")
