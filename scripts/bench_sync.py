@@ -336,7 +336,6 @@ def main() -> None:
     parser.add_argument("--require-peers", action="store_true",
                         help="fail (status 3) when zarr-python 2.18's environment is missing")
     args = parser.parse_args()
-    missing_peers({"zarr-python 2.18": Path(args.zarr2_python).exists()}, args.require_peers)
     if args.smoke:
         if args.record:
             parser.error("--smoke figures are not worth recording")
@@ -345,6 +344,7 @@ def main() -> None:
                       {**os.environ, "BENCH_SYNC_SMOKE": "1"})
         args.rounds = 1
         args.backends = args.backends[:1]  # the others run the same code
+    missing_peers({"zarr-python 2.18": Path(args.zarr2_python).exists()}, args.require_peers)
     text = "\n\n".join([
         "### Synchronizers (`scripts/bench_sync.py`)",
         lock_table(measure_locks(args), args.rounds),

@@ -178,6 +178,16 @@ def test_cp_from_lmdb_to_s3_killed_midway_resumes_and_verifies(s3_endpoint: str,
     write_rows(src, rows)
     total = rows + 1
     dst = s3_store_url(s3_endpoint, new_s3_bucket(s3_endpoint), "run1")
+    status, stderr = _copy_killed_midway(src, dst, total)
+    assert status == -signal.SIGKILL
+    assert S3_SECRET not in stderr
+    partial = contents(dst)  # only whole values (an S3 PUT is atomic), each the source's
+    assert 0 < len(partial) < total
+    _assert_resumes_and_verifies(src, dst, partial, rows)
+
+
+def _copy_killed_midway(src: str, dst: str, total: int) -> tuple[int | None, str]:
+    """``zstores cp SRC DST`` SIGKILLed once it shows progress: its status and stderr."""
     process = subprocess.Popen([*COMMAND, "cp", src, dst, "--jobs", "2", "--progress"],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
@@ -188,11 +198,15 @@ def test_cp_from_lmdb_to_s3_killed_midway_resumes_and_verifies(s3_endpoint: str,
     finally:
         process.kill()
         process.wait(timeout=60)
-    assert process.returncode == -signal.SIGKILL
-    assert S3_SECRET not in progress.text
+    return process.returncode, progress.text
+
+
+def _assert_resumes_and_verifies(src: str, dst: str, partial: dict[str, bytes],
+                                 rows: int) -> dict[str, bytes]:
+    """Each of ``partial`` (what a killed copy left in DST) is the source's; the same
+    command again skips those, copies the rest and verifies; the source's contents."""
+    total = rows + 1
     source = contents(src)
-    partial = contents(dst)  # only whole values (an S3 PUT is atomic), each the source's
-    assert 0 < len(partial) < total
     assert all(source[key] == value for key, value in partial.items())
     resumed = run("cp", src, dst)
     assert (resumed.code, resumed.err) == (0, "")
@@ -201,6 +215,7 @@ def test_cp_from_lmdb_to_s3_killed_midway_resumes_and_verifies(s3_endpoint: str,
     assert contents(dst) == source
     checked = run("verify", dst, "--jobs", "4")
     assert checked.code == 0 and f"{rows:,} of {rows:,} chunks decoded" in checked.out
+    return source
 
 
 # ------------------------------------------------------------------------ GCS
@@ -222,28 +237,11 @@ def test_cp_between_lmdb_and_gcs_resumes_and_verifies(gcs_object_url, tmp_path: 
     write_rows(src, rows)
     total = rows + 1
     dst = gcs_object_url("run1")
-    process = subprocess.Popen([*COMMAND, "cp", src, dst, "--jobs", "2", "--progress"],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
-    try:
-        progress = _Progress(process, total)
-        progress.wait_for_some()
-        process.send_signal(signal.SIGKILL)
-    finally:
-        process.kill()
-        process.wait(timeout=60)
-    assert GCS_TOKEN not in progress.text
-    source = contents(src)
+    status, stderr = _copy_killed_midway(src, dst, total)
+    assert GCS_TOKEN not in stderr
     partial = contents(dst)  # whole values only (a GCS upload is atomic), each the source's
-    assert len(partial) < total or process.returncode != -signal.SIGKILL
-    assert all(source[key] == value for key, value in partial.items())
-    resumed = run("cp", src, dst)
-    assert (resumed.code, resumed.err) == (0, "")
-    assert f"skipped {len(partial):,} identical keys" in resumed.out
-    assert f"{total:,} of {total:,} keys verified" in resumed.out
-    assert contents(dst) == source
-    checked = run("verify", dst, "--jobs", "4")
-    assert checked.code == 0 and f"{rows:,} of {rows:,} chunks decoded" in checked.out
+    assert len(partial) < total or status != -signal.SIGKILL
+    source = _assert_resumes_and_verifies(src, dst, partial, rows)
 
     back = f"lmdb://{tmp_path}/back.lmdb"
     first = run("cp", dst, back)

@@ -554,12 +554,7 @@ class Store(MutableMapping[str, bytes]):
 
     def getitems(self, keys: Iterable[str]) -> dict[str, bytes]:
         """Values of the keys that exist, keyed as asked; missing keys are left out."""
-        self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.getitems(keys)
-        asked = {key: self._key(key) for key in keys}
-        found = self._get_many(list(dict.fromkeys(asked.values())))
-        return {key: found[norm] for key, norm in asked.items() if norm in found}
+        return self._read_many(keys, self._get_many)
 
     def getview(self, key: str) -> Buffer:
         """The value of ``key`` as a read-only bytes-like object, copied only if need be.
@@ -602,11 +597,17 @@ class Store(MutableMapping[str, bytes]):
         >>> {key: bytes(value) for key, value in store.getviews(["a", "b"]).items()}
         {'a': b'xyz'}
         """
+        return self._read_many(keys, self._getviews)
+
+    def _read_many(self, keys: Iterable[str],
+                   fetch: Callable[[list[str]], dict[str, Buffer]]) -> dict[str, Buffer]:
+        """``getitems``/``getviews``: the open transaction's values, or ``fetch``'s of the
+        normalized keys (each asked once), keyed as the caller spelled them."""
         self._check_open()
         if self._transactions and (tx := self._own_transaction()) is not None:
             return tx.getitems(keys)
         asked = {key: self._key(key) for key in keys}
-        found = self._getviews(list(dict.fromkeys(asked.values())))
+        found = fetch(list(dict.fromkeys(asked.values())))
         return {key: found[norm] for key, norm in asked.items() if norm in found}
 
     def setitems(self, values: Mapping[str, Any]) -> None:

@@ -325,10 +325,8 @@ class ZarrStore(Adapter, ZarrABCStore):
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         """The value of ``key`` (or a byte range of it), or None if it is missing."""
-        if byte_range is None and self.read_only:
-            data = await self._run(_read_view, self._ready(), key)
-        else:
-            data = await self._run(_read_span, self._ready(), key, _span_of(byte_range))
+        data = await self._run(_read_span, self._ready(), key, _span_of(byte_range),
+                               self.read_only)
         return _as_buffer(data, prototype)
 
     def get_sync(
@@ -466,28 +464,18 @@ def _take(iterator: Any, count: int) -> list[str]:
     return batch
 
 
-def _read(store: Store, key: str) -> bytes | None:
+def _read(store: Store, key: str, view: bool = False) -> Any:
+    """The value of ``key``, or None if missing; with ``view``, through ``getview``
+    (read-only adapters, which never write while zarr holds what they read: a
+    zero-copy view of LMDB's map pins its pages)."""
     try:
-        return store[key]
+        return store.getview(key) if view else store[key]
     except KeyError:
         return None
     except InvalidKeyError:
         if key:
             raise
         return None  # zarr asks for the root ("") at times: nothing is stored there
-
-
-def _read_view(store: Store, key: str) -> Any:
-    """``_read`` through ``getview``: for read-only adapters, which never write while
-    zarr holds what they read (a zero-copy view of LMDB's map pins its pages)."""
-    try:
-        return store.getview(key)
-    except KeyError:
-        return None
-    except InvalidKeyError:
-        if key:
-            raise
-        return None
 
 
 def _read_range(store: Store, key: str, start: int, length: int | None) -> bytes | None:
@@ -497,9 +485,11 @@ def _read_range(store: Store, key: str, start: int, length: int | None) -> bytes
         return None
 
 
-def _read_span(store: Store, key: str, span: tuple[int, int | None] | None) -> bytes | None:
-    """The whole value (``span`` None) or ``(start, length)`` of it; None if missing."""
-    return _read(store, key) if span is None else _read_range(store, key, *span)
+def _read_span(store: Store, key: str, span: tuple[int, int | None] | None,
+               view: bool = False) -> Any:
+    """The whole value (``span`` None; a view if ``view``) or ``(start, length)`` of it;
+    None if missing."""
+    return _read(store, key, view) if span is None else _read_range(store, key, *span)
 
 
 def _span_of(byte_range: ByteRequest | None) -> tuple[int, int | None] | None:
