@@ -473,6 +473,26 @@ def test_a_folder_in_a_listing_holds_keys_after_deletes(cls, root: Path) -> None
     assert store.listdir() == ["g", "h"]
 
 
+def test_a_folder_left_by_another_program_is_removed_only_while_keyless(
+    cls, root: Path
+) -> None:
+    # listdir shows such a folder (as zarr-python does); remove_empty_folder
+    # drops it like os.rmdir, and never a folder with a key or a foreign file.
+    store = cls(root)
+    store["k"] = b"1"
+    os.makedirs(root / "left" / "behind")
+    os.makedirs(root / "held")
+    (root / "held" / "notes.txt").write_bytes(b"not a temporary file")
+    os.symlink(root / "held", root / "left-link")
+    assert store.listdir() == ["held", "k", "left"]
+    assert not store.remove_empty_folder("held")
+    assert (root / "held" / "notes.txt").read_bytes() == b"not a temporary file"
+    assert not store.remove_empty_folder("left-link") and os.path.islink(root / "left-link")
+    assert store.remove_empty_folder("left/behind") and os.listdir(root / "left") == []
+    assert store.remove_empty_folder("left") and not (root / "left").exists()
+    assert store.listdir() == ["held", "k"] and store["k"] == b"1"
+
+
 def test_writer_and_pruner_race_in_the_same_folder(cls, root: Path) -> None:
     store = cls(root)
     errors: list[BaseException] = []

@@ -20,7 +20,7 @@ import pytest
 import zfuse
 from zfuse.mount import READ_AHEAD_KIB
 from zfuse.operations import ReadOnlyOperations
-from zstores import MemoryStore
+from zstores import DirectoryStore, MemoryStore, NestedDirectoryStore
 
 from bench_common import drop_page_cache
 from fuse_helpers import require_fuse, run_zfuse
@@ -220,6 +220,33 @@ def test_removing_the_last_key_keeps_its_folders_until_rmdir(mountpoint: Path) -
         os.rmdir(root / "a" / "b")
         os.rmdir(root / "a")
         assert os.listdir(root) == []
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_rm_r_removes_folders_another_program_left_in_a_directory_store(
+    mountpoint: Path, tmp_path: Path, nested: bool
+) -> None:
+    # A directory store lists a folder with no key in it (as zarr-python
+    # does); rmdir through the mount must remove it from the disk too, or it
+    # shows again and `rm -r` fails with "Directory not empty".
+    root = tmp_path / "store"
+    store = (NestedDirectoryStore if nested else DirectoryStore)(root)
+    store["arr/.zarray"] = b"{}"
+    os.makedirs(root / "arr" / "left" / "behind" / "deep")
+    with zfuse.mounted(store, mountpoint) as m:
+        shown = Path(m.path)
+        assert sorted(os.listdir(shown / "arr")) == [".zarray", "left"]
+        done = subprocess.run(["rm", "-r", str(shown / "arr" / "left")], capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        assert os.listdir(shown / "arr") == [".zarray"]
+        assert os.listdir(root / "arr") == [".zarray"]
+        os.makedirs(root / "arr" / "late")
+        (root / "arr" / "late" / "0").write_bytes(b"a key written past the mount")
+        with pytest.raises(OSError) as raised:
+            os.rmdir(shown / "arr" / "late")
+        assert raised.value.errno == errno.ENOTEMPTY
+        assert store["arr/late/0"] == b"a key written past the mount"
 
 
 @read_only_or_not

@@ -332,9 +332,8 @@ class StoreOperations(mfusepy.Operations):
                 raise fail(errno.ENOENT)
             if kind == "file":
                 raise fail(errno.ENOTDIR)
-            if not view.is_empty_dir(key):
+            if not view.is_empty_dir(key) or not view.remove_dir(key):
                 raise fail(errno.ENOTEMPTY)
-            view.removed(key)
         return 0
 
     @fuse_operation

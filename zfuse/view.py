@@ -515,6 +515,17 @@ class StoreView:
         self.forget(key)
         self._remember(key, None)
 
+    def remove_dir(self, key: str) -> bool:
+        """``rmdir`` of a folder the mount shows empty; False if a key appeared below it.
+
+        The store removes its folder too (a directory store may hold a
+        folder with no key in it, left by another program), never a key.
+        """
+        if not self.store.remove_empty_folder(key):
+            return False
+        self.removed(key)
+        return True
+
     def remove_file(self, key: str) -> None:
         """``unlink``: delete ``key``; open handles keep reading what it held."""
         file = self.files.pop(key, None)

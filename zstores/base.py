@@ -317,6 +317,10 @@ class Store(MutableMapping[str, bytes]):
     def _rmdir(self, prefix: str) -> None:
         self._delete_many(list(self._list_prefix(prefix)))
 
+    def _remove_empty_folder(self, prefix: str) -> bool:
+        # A store whose folders are only implied by keys has nothing to remove.
+        return next(iter(self._list_prefix(prefix)), None) is None
+
     def _getsize_key(self, key: str) -> int:
         return len(self._get(key))
 
@@ -646,6 +650,45 @@ class Store(MutableMapping[str, bytes]):
             self._rmdir(prefix_of(path))
         else:
             self._clear()
+
+    def remove_empty_folder(self, path: str) -> bool:
+        """Remove the folder ``path`` if no key lies below it, as ``os.rmdir`` would.
+
+        Unlike :meth:`rmdir`, this never deletes a key: it is the safe way to
+        drop a folder that ``listdir`` shows with nothing in it (a folder
+        another program left in a directory store) while other writers may
+        be adding keys.  Stores whose folders exist only through their keys
+        have nothing to remove.
+
+        Parameters
+        ----------
+        path : str
+            The folder; ``""`` (the root) is never removed.
+
+        Returns
+        -------
+        bool
+            True when no folder ``path`` remains, False when a key lies
+            below it (nothing was changed then).
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> store = MemoryStore()
+        >>> store["a/b"] = b"1"
+        >>> store.remove_empty_folder("a")
+        False
+        >>> del store["a/b"]
+        >>> store.remove_empty_folder("a")
+        True
+        """
+        self._check_writable()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.remove_empty_folder(path)
+        path = normalize_storage_path(path)
+        if not path:
+            return next(iter(self._list_prefix("")), None) is None
+        return self._remove_empty_folder(prefix_of(path))
 
     def getsize(self, path: str = "") -> int:
         """Size of the value at ``path``, or the total under the prefix; 0 if absent."""

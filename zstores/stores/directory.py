@@ -1159,6 +1159,24 @@ class DirectoryStore(Store):
         finally:
             _release(chain)
 
+    def _remove_empty_folder(self, prefix: str) -> bool:
+        path = self._fold(prefix)[:-1]
+        segments, name = _split(path)
+        try:
+            chain = self._folders(path, segments, create=False)
+        except KeyError:
+            return True  # no folder on the way
+        try:
+            mode = _lstat_mode(name, chain[-1])
+            if mode is None or stat.S_ISREG(mode):
+                return True  # no folder there (a key is no folder)
+            # Temporary files of writers inside are removed with it: their
+            # rename then fails and they write again (see the function).  A
+            # link in its place counts as content.
+            return _remove_keyless_tree(chain[-1], name)
+        finally:
+            _release(chain)
+
     def _clear(self) -> None:
         self._root_replaced()
         root = os.open(".", _LIST, dir_fd=self._root_fd)  # a descriptor of our own to list

@@ -531,6 +531,11 @@ class N5Store(WrapperStore):
         else:
             self._store.rmdir(prefix)
 
+    def _remove_empty_folder(self, prefix: str) -> bool:
+        if self._inside_blocks(prefix):  # block folders exist through their blocks
+            return Store._remove_empty_folder(self, prefix)
+        return self._store.remove_empty_folder(prefix)
+
     def _clear(self) -> None:
         self._store.clear()
 

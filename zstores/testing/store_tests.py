@@ -391,6 +391,18 @@ class StoreTests:
         store.rmdir()
         assert len(store) == 0
 
+    def test_remove_empty_folder_never_removes_a_key(self, store: Store) -> None:
+        expected = self.fill(store, ["a/b/c", "a/d", "e"])
+        for path in ["a", "a/b", "/a/", ""]:
+            assert not store.remove_empty_folder(path), path
+        assert store.remove_empty_folder("missing/folder")
+        assert store.remove_empty_folder("e")  # a key, not a folder: it stays
+        assert self.listed(store) == expected
+        del store["a/b/c"]
+        assert store.remove_empty_folder("a/b")
+        assert store.listdir("a") == ["d"]
+        assert self.listed(store) == {"a/d": expected["a/d"], "e": expected["e"]}
+
     def test_getsize(self, store: Store) -> None:
         expected = self.tree(store)
         assert store.getsize() == sum(len(v) for v in expected.values())
@@ -607,6 +619,7 @@ class StoreTests:
             lambda: store.delitems(["a"]),
             lambda: store.rmdir("b"),
             lambda: store.rmdir(),
+            lambda: store.remove_empty_folder("b"),
             lambda: store.rename("a", "z"),
             lambda: store.clear(),
             lambda: store.pop("a"),

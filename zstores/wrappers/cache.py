@@ -459,6 +459,13 @@ class LRUStoreCache(WrapperStore):
     def _clear(self) -> None:
         self._bulk(lambda key: True, lambda: WrapperStore._clear(self))
 
+    def _remove_empty_folder(self, prefix: str) -> bool:
+        # No value can change, but cached listings may name the folder.
+        outcome: list[bool] = []
+        self._bulk(lambda key: False,
+                   lambda: outcome.append(WrapperStore._remove_empty_folder(self, prefix)))
+        return outcome[0]
+
     def _rename(self, src: str, dst: str) -> None:
         def touched(key: str) -> bool:
             return key in (src, dst) or key.startswith((src + "/", dst + "/"))

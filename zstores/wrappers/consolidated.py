@@ -289,6 +289,11 @@ class ConsolidatedStore(WrapperStore):
         self._check_prefix(prefix)
         super()._rmdir(prefix)
 
+    def _remove_empty_folder(self, prefix: str) -> bool:
+        if self._overlaps(prefix) and any(key.startswith(prefix) for key in self._metadata):
+            return False  # the consolidated metadata shows keys below it
+        return super()._remove_empty_folder(prefix)
+
     def _clear(self) -> None:
         self._check_prefix("")
         super()._clear()

@@ -130,6 +130,9 @@ class WrapperStore(Store):
     def _rmdir(self, prefix: str) -> None:
         self._store.rmdir(prefix)
 
+    def _remove_empty_folder(self, prefix: str) -> bool:
+        return self._store.remove_empty_folder(prefix)
+
     def _getsize_key(self, key: str) -> int:
         # stat, not getsize: a missing key must raise (getsize answers 0), so
         # Store._stat's fallback costs one inner call for any non-empty key.
