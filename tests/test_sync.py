@@ -41,7 +41,8 @@ from zstores.sync import (
     lock_file_name,
     synchronized,
 )
-from zstores.sync.chunks import normalize_selection, split
+from zstores.sync import arrays as sync_arrays
+from zstores.sync.chunks import boxes, normalize_selection, split
 
 import sync_workers as workers
 
@@ -396,9 +397,9 @@ def test_lock_keys_of_a_0d_array(tmp_path):
         assert proxy[...] == 7
 
 
-def test_split_covers_each_selection_once_chunk_by_chunk():
-    rng = random.Random(1234)
-    for _ in range(300):
+def random_selections(rng: random.Random, count: int) -> Iterator[tuple]:
+    """(shape, grid, selection): basic selections of every kind on small arrays."""
+    for _ in range(count):
         ndim = rng.randint(1, 3)
         shape = tuple(rng.randint(1, 12) for _ in range(ndim))
         grid = tuple(rng.randint(1, 5) for _ in range(ndim))
@@ -408,6 +409,11 @@ def test_split_covers_each_selection_once_chunk_by_chunk():
                        rng.choice([None, rng.randint(-size, size)]), rng.choice([None, 1, 2, 3, 7]))
             for size in shape
         )
+        yield shape, grid, selection
+
+
+def test_split_covers_each_selection_once_chunk_by_chunk():
+    for shape, grid, selection in random_selections(random.Random(1234), 300):
         index = np.arange(int(np.prod(shape))).reshape(shape)
         expected = index[selection]
         seen = np.zeros(expected.shape, dtype=int)
@@ -418,6 +424,27 @@ def test_split_covers_each_selection_once_chunk_by_chunk():
             assert (cells == part.coords).all(), (shape, grid, selection, part)
             seen[part.value_selection] += 1
         assert (seen == 1).all(), (shape, grid, selection)
+
+
+def test_boxes_cover_each_selection_once_in_blocks_of_neighbouring_chunks():
+    rng = random.Random(4321)
+    for shape, grid, selection in random_selections(rng, 300):
+        limit = rng.choice([1, 2, 3, 16])
+        axes = normalize_selection(selection, shape)
+        index = np.arange(int(np.prod(shape))).reshape(shape)
+        expected = index[selection]
+        seen = np.zeros(expected.shape, dtype=int)
+        chunks = []
+        for box in boxes(axes, grid, limit):
+            assert 1 <= len(box.coords) <= limit, (shape, grid, selection, box)
+            piece = index[box.selection]
+            np.testing.assert_array_equal(piece, expected[box.value_selection])
+            cells = np.stack(np.unravel_index(np.ravel(piece), shape), axis=-1) // grid
+            assert {tuple(cell) for cell in cells} == set(box.coords), (shape, grid, selection)
+            seen[box.value_selection] += 1
+            chunks.extend(box.coords)
+        assert (seen == 1).all(), (shape, grid, selection)
+        assert chunks == [part.coords for part in split(axes, grid)]  # each once, grid order
 
 
 def test_bad_selections_raise_typed_errors(tmp_path):
@@ -485,7 +512,8 @@ def test_proxy_pickles_and_reopens_with_fresh_metadata(tmp_path):
 
 
 @pytest.mark.parametrize("atomic", [False, True])
-def test_a_write_waits_for_the_lock_of_each_chunk_it_touches(atomic, tmp_path):
+def test_a_write_waits_for_the_lock_of_each_chunk_it_touches(atomic, tmp_path, monkeypatch):
+    monkeypatch.setattr(sync_arrays, "CHUNKS_PER_WRITE", 1)  # one chunk per zarr call
     sync = ProcessSynchronizer(tmp_path / "locks", timeout=0.05)
     array = make_array(DirectoryStore(tmp_path / "data", mode="w"), (30,), (10,))
     proxy = synchronized(array, sync, atomic=atomic)
@@ -501,6 +529,20 @@ def test_a_write_waits_for_the_lock_of_each_chunk_it_touches(atomic, tmp_path):
     # timed out; atomic: no lock, no write
     assert proxy[5:15].tolist() == ([-1] * 5 if atomic else [1] * 5) + [-1] * 5
     assert proxy[20:30].tolist() == [2] * 10
+
+
+def test_a_plain_write_takes_the_locks_of_a_block_of_chunks_before_writing_it(tmp_path):
+    sync = ProcessSynchronizer(tmp_path / "locks", timeout=0.05)
+    array = make_array(DirectoryStore(tmp_path / "data", mode="w"), (200,), (10,))
+    proxy = synchronized(array, sync)
+    holder, connection = start_holder(sync, proxy.layout.chunk_key((17,)))
+    try:
+        with pytest.raises(LockTimeoutError):
+            proxy[5:195] = 1  # chunks 0-15, then 16-19: chunk 17 is held
+    finally:
+        stop_holder(holder, connection)
+    # the first block of CHUNKS_PER_WRITE chunks was written; none of the second
+    assert proxy[:].tolist() == [-1] * 5 + [1] * 155 + [-1] * 40
 
 
 # ------------------------------------------------- processes writing stripes

@@ -19,8 +19,10 @@ import numpy as np
 from ..keys import prefix_of
 
 __all__ = [
+    "Box",
     "ChunkLayout",
     "Part",
+    "boxes",
     "broadcast_value",
     "normalize_selection",
     "selection_shape",
@@ -42,6 +44,20 @@ class Part:
     """
 
     coords: tuple[int, ...]
+    selection: tuple[int | slice, ...]
+    value_selection: tuple[slice, ...]
+
+
+@dataclass(frozen=True)
+class Box:
+    """A block of whole grid cells a selection touches: one write covering several chunks.
+
+    ``coords`` lists the grid cells in the box, ``selection`` is the box's
+    piece of the selection in array coordinates and ``value_selection`` the
+    matching piece of the value (as in ``Part``).
+    """
+
+    coords: tuple[tuple[int, ...], ...]
     selection: tuple[int | slice, ...]
     value_selection: tuple[slice, ...]
 
@@ -198,6 +214,53 @@ def split(axes: tuple[Axis, ...], grid: tuple[int, ...]) -> Iterator[Part]:
             selection=tuple(cut for _, cut, _ in combination),
             value_selection=tuple(part for _, _, part in combination if part is not None),
         )
+
+
+# One axis' parts, grouped: (chunk indices, selection, slice of the value).
+_AxisGroup = tuple[tuple[int, ...], int | slice, slice | None]
+
+
+def boxes(axes: tuple[Axis, ...], grid: tuple[int, ...], limit: int) -> Iterator[Box]:
+    """The selection cut into blocks of at most ``limit`` chunks each, in grid order.
+
+    Consecutive chunks along the last axes are grouped first, so a block is
+    a run of neighbouring chunks that one zarr call writes; every chunk the
+    selection touches is in exactly one block.
+
+    Examples
+    --------
+    >>> axes = normalize_selection(np.s_[2:10, 0:3], (12, 3))
+    >>> for box in boxes(axes, (3, 3), limit=2):
+    ...     print(box.coords, box.selection)
+    ((0, 0), (1, 0)) (slice(2, 6, 1), slice(0, 3, 1))
+    ((2, 0), (3, 0)) (slice(6, 10, 1), slice(0, 3, 1))
+    """
+    if limit < 1:
+        raise ValueError(f"a block holds at least one chunk, not {limit}")
+    per_axis = [_axis_parts(axis, chunk) for axis, chunk in zip(axes, grid, strict=True)]
+    room = limit
+    grouped: list[list[_AxisGroup]] = []
+    for parts in reversed(per_axis):  # the last axes first: their chunks are neighbours
+        size = max(1, min(len(parts), room))
+        room = max(1, room // size)
+        grouped.append([_merged(parts[i:i + size]) for i in range(0, len(parts), size)])
+    grouped.reverse()
+    for combination in itertools.product(*grouped):
+        yield Box(
+            coords=tuple(itertools.product(*(indices for indices, _, _ in combination))),
+            selection=tuple(cut for _, cut, _ in combination),
+            value_selection=tuple(part for _, _, part in combination if part is not None),
+        )
+
+
+def _merged(parts: list[tuple[int, int | slice, slice | None]]) -> _AxisGroup:
+    """Consecutive parts of one axis as one: the union of their cuts and value slices."""
+    indices = tuple(index for index, _, _ in parts)
+    first, last = parts[0], parts[-1]
+    if isinstance(first[1], int):  # an integer selects one chunk of its axis
+        return indices, first[1], None
+    cut = slice(first[1].start, last[1].stop, first[1].step)  # type: ignore[union-attr]
+    return indices, cut, slice(first[2].start, last[2].stop)  # type: ignore[union-attr]
 
 
 def broadcast_value(value: Any, shape: tuple[int, ...]) -> Any:
