@@ -252,6 +252,29 @@ def test_listing_streams_in_batches_from_blocking_backends(tmp_path):
     assert asyncio.run(collect(adapter.list_prefix("h"))) == ["h"]
 
 
+def test_a_whole_listing_comes_back_in_one_hand_off(tmp_path, monkeypatch):
+    # listdir and list_prefix return lists: pulling them in batches of 1,000
+    # cost a thread wake-up per batch (5 for 2,048 chunk names), which on a
+    # loaded machine took longer than LocalStore's whole listing.
+    import zstores.adapters.zarr3 as zarr3
+
+    backend = zstores.SQLiteStore(tmp_path / "s.sqlite")
+    backend.setitems({f"c/{i}": b"" for i in range(2048)})
+    adapter = ZarrStore(backend)
+    assert is_blocking(backend)
+    hand_offs = []
+    run = zarr3._WORKERS.run
+    monkeypatch.setattr(zarr3._WORKERS, "run", lambda call: hand_offs.append(call) or run(call))
+
+    async def collect(iterator):
+        return [key async for key in iterator]
+
+    assert len(asyncio.run(collect(adapter.list_dir("c")))) == 2048
+    assert len(asyncio.run(collect(adapter.list_prefix("c/")))) == 2048
+    assert len(hand_offs) == 2
+    assert len(asyncio.run(collect(adapter.list()))) == 2048  # a lazy iterator: in batches
+    assert len(hand_offs) == 2 + 1 + 3  # the iterator, then 1,000 + 1,000 + 48 keys
+
 def test_sizes(tmp_path):
     adapter = zarr_store(f"lmdb://{tmp_path}/l")
     array = zarr.create_array(adapter, name="g/a", shape=(10,), chunks=(5,), dtype="u1",

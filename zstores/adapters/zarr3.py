@@ -444,15 +444,30 @@ class ZarrStore(Adapter, ZarrABCStore):
     async def _stream(
         self, listing: Callable[..., Iterable[str]], *args: Any
     ) -> AsyncIterator[str]:
-        """The keys ``listing(*args)`` yields, pulled in batches from a blocking store."""
+        """The keys ``listing(*args)`` yields, pulled in batches from a blocking store.
+
+        A listing that comes back as a list (``listdir``, ``list_prefix``) is
+        whole already: it travels back in the one hand-off that made it, as
+        each further hand-off costs a thread wake-up (on a loaded machine,
+        more than listing a folder of a few thousand names).  Only a lazy
+        iterator (every key of the store) is pulled in batches.
+        """
         if not self._blocking:
             for key in listing(*args):
                 yield key
             return
-        keys = await self._run(lambda: iter(listing(*args)))
-        while batch := await self._run(_take, keys, _LIST_BATCH):
+        found = await self._run(listing, *args)
+        if isinstance(found, list):
+            for key in found:
+                yield key
+            return
+        keys = iter(found)
+        while True:
+            batch = await self._run(_take, keys, _LIST_BATCH)
             for key in batch:
                 yield key
+            if len(batch) < _LIST_BATCH:  # the iterator ran out: no empty batch to fetch
+                return
 
 
 def _take(iterator: Any, count: int) -> list[str]:
