@@ -53,7 +53,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import zarr
@@ -99,12 +99,34 @@ def size_label(size: int) -> str:
     return f"{size} B"
 
 
-def timed(function: Callable[..., Any], *args: Any) -> tuple[float, Any]:
-    """Seconds ``function(*args)`` took, and what it returned."""
+class Span(NamedTuple):
+    """How long one timed call took: wall-clock seconds, and CPU seconds of this process.
+
+    CPU time counts every thread of the process (``time.process_time``) and no
+    waiting (for the disk, for a core other jobs hold): on a loaded machine it
+    says what the work cost where wall time says mostly how busy the machine was.
+    """
+
+    wall: float
+    cpu: float
+
+
+def timed(function: Callable[..., Any], *args: Any) -> tuple[Span, Any]:
+    """How long ``function(*args)`` took, and what it returned."""
     gc.collect()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = function(*args)
-    return time.perf_counter() - start, result
+    return Span(time.perf_counter() - start, time.process_time() - cpu), result
+
+
+#: Prefix of the figure names that hold speeds by CPU time (amount per CPU second).
+CPU = "cpu|"
+
+
+def put(figures: dict[str, float], figure: str, amount: float, spans: list[Span]) -> None:
+    """``figure``'s speed by wall time and (``CPU + figure``) by CPU time: medians of ``spans``."""
+    figures[figure] = amount / statistics.median(span.wall for span in spans)
+    figures[CPU + figure] = amount / max(statistics.median(span.cpu for span in spans), 1e-9)
 
 
 # ------------------------------------------------------------------ stores
@@ -209,8 +231,8 @@ def write_phase(name: str, folder: Path, size: int) -> dict[str, float]:
             array[:] = data
             finish()
 
-        seconds, _ = timed(write)
-        figures[f"{case}: write"] = data.nbytes / seconds
+        span, _ = timed(write)
+        put(figures, f"{case}: write", data.nbytes, [span])
     return figures
 
 
@@ -228,27 +250,26 @@ def read_phase(name: str, folder: Path, size: int) -> dict[str, float]:
         store, finish = open_for(name, case_folder(folder, case), write=False)
         reader = zarr.open_array(store, mode="r")
         out = cpu.NDBuffer.from_numpy_array(out_array)
-        seconds, _ = timed(read_into, reader, out)
-        figures[f"{case}: read cold"] = size / seconds
+        span, _ = timed(read_into, reader, out)
+        put(figures, f"{case}: read cold", size, [span])
         check_same(store, out_array, data)
         warm = [timed(read_into, reader, out)[0] for _ in range(3)]
-        figures[f"{case}: read warm"] = size / statistics.median(warm)
+        put(figures, f"{case}: read warm", size, warm)
         if case == "64 KiB chunks":
-            figures[f"{case}: list_dir of the chunks"] = list_dir_rate(store)
+            put(figures, f"{case}: list_dir of the chunks", *list_dir_spans(store))
         finish()
     return figures
 
 
-def list_dir_rate(store: Any) -> float:
-    """Names per second listing the chunk folder ``c`` (one name per chunk), warm."""
+def list_dir_spans(store: Any) -> tuple[int, list[Span]]:
+    """Names in the chunk folder ``c`` (one per chunk), and how long listing it took, warm."""
     async def names() -> int:
         return len([name async for name in store.list_dir("c")])
 
     # on zarr's own event loop, as zarr's synchronous API runs everything: a store
     # may bind its connection to the loop it first ran on (zarr-sqlite does)
     count = sync(names())
-    times = [timed(sync, names())[0] for _ in range(5)]
-    return count / statistics.median(times)
+    return count, [timed(sync, names())[0] for _ in range(5)]
 
 
 def random_phase(name: str, folder: Path, size: int) -> dict[str, float]:
@@ -267,8 +288,8 @@ def random_phase(name: str, folder: Path, size: int) -> dict[str, float]:
                 reader[int(index) * chunk:(int(index) + 1) * chunk]
 
         for temperature in ("cold", "warm"):
-            seconds, _ = timed(read_chunks)
-            figures[f"{case}: random chunks {temperature}"] = len(order) / seconds
+            span, _ = timed(read_chunks)
+            put(figures, f"{case}: random chunks {temperature}", len(order), [span])
         finish()
     return figures
 
@@ -338,8 +359,8 @@ def raw_figures(name: str, folder: Path, keys: int) -> dict[str, float]:
     }
     figures = {}
     for figure, (function, *coroutine) in runs.items():
-        seconds, _ = timed(function, *(make() for make in coroutine))
-        figures[figure] = keys / seconds
+        span, _ = timed(function, *(make() for make in coroutine))
+        put(figures, figure, keys, [span])
     finish()
     shutil.rmtree(folder / "raw", ignore_errors=True)
     return figures
@@ -377,11 +398,11 @@ def url_figures(impl: str, folder: Path, data: np.ndarray) -> dict[str, float]:
                 array = zarr.open_array(target("r"), mode="r")
                 return array, array[:]
 
-            seconds, written = timed(write)
-            figures[f"open + write {count} chunks|{way}"] = data.nbytes / seconds
+            span, written = timed(write)
+            figures[f"open + write {count} chunks|{way}"] = data.nbytes / span.wall
             release(written)
-            seconds, (reader, back) = timed(read)
-            figures[f"open + read {count} chunks|{way}"] = data.nbytes / seconds
+            span, (reader, back) = timed(read)
+            figures[f"open + read {count} chunks|{way}"] = data.nbytes / span.wall
             check_same(url, back, data)
             release(reader)
             del back
@@ -486,6 +507,7 @@ def measure(args: argparse.Namespace) -> dict[tuple[str, str], float]:
 
 def unit_of(figure: str) -> tuple[str, float]:
     """A figure's unit and the divisor from its raw speed (bytes/s or items/s)."""
+    figure = figure.removeprefix(CPU)
     if "random chunks" in figure:
         return "chunks/s", 1
     if "list_dir" in figure:
@@ -502,11 +524,18 @@ def print_samples(samples: dict[tuple[str, str], list[float]], impls: list[str])
         scale = unit_of(figure)[1]
         cells = [f"{name} " + "/".join(f"{speed / scale:.0f}" for speed in samples[figure, name])
                  for name in impls if (figure, name) in samples]
-        print(f"  {figure.replace('|', ' by ')}: " + ", ".join(cells), file=sys.stderr)
+        label = f"{figure.removeprefix(CPU)} (by CPU time)" if figure.startswith(CPU) else figure
+        print(f"  {label.replace('|', ' by ')}: " + ", ".join(cells), file=sys.stderr)
+
+
+def wall_figures(medians: dict[tuple[str, str], float]) -> list[str]:
+    """The figures timed by the wall clock, in the order measured (no URL-string ones)."""
+    return list(dict.fromkeys(figure for figure, name in medians
+                              if not name.startswith("url:") and not figure.startswith(CPU)))
 
 
 def speed_table(medians: dict[tuple[str, str], float], impls: list[str]) -> list[str]:
-    figures = list(dict.fromkeys(figure for figure, name in medians if not name.startswith("url:")))
+    figures = wall_figures(medians)
     lines = ["| figure | unit | " + " | ".join(impls) + " |",
              "|---|---|" + "---:|" * len(impls)]
     for figure in figures:
@@ -517,16 +546,20 @@ def speed_table(medians: dict[tuple[str, str], float], impls: list[str]) -> list
     return lines
 
 
-def ratio_table(medians: dict[tuple[str, str], float], impls: list[str]) -> list[str]:
-    """Our speed over each peer's, as the targets pair them (above 1.0: ours is faster)."""
+def ratio_table(medians: dict[tuple[str, str], float], impls: list[str],
+                prefix: str = "") -> list[str]:
+    """Our speed over each peer's, as the targets pair them (above 1.0: ours is faster).
+
+    ``prefix`` ``CPU``: speeds by CPU time, i.e. the peer's CPU seconds over ours.
+    """
     pairs = [(ours, theirs) for ours, theirs in PAIRS if ours in impls and theirs in impls]
-    figures = list(dict.fromkeys(figure for figure, name in medians if not name.startswith("url:")))
+    figures = [prefix + figure for figure in wall_figures(medians)]
     lines = ["| figure | " + " | ".join(f"{ours} / {theirs}" for ours, theirs in pairs) + " |",
              "|---|" + "---:|" * len(pairs)]
     for figure in figures:
         cells = [ratio(medians.get((figure, ours)), medians.get((figure, theirs)))
                  for ours, theirs in pairs]
-        lines.append(f"| {figure} | " + " | ".join(cells) + " |")
+        lines.append(f"| {figure.removeprefix(prefix)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -568,6 +601,13 @@ def table(medians: dict[tuple[str, str], float], args: argparse.Namespace, load:
          "counts as even)."),
         "",
         *ratio_table(medians, args.impls),
+        "",
+        ("CPU time: the same ratios by the CPU seconds each process spent (all its threads; "
+         "waiting for the disk or for a core not counted), which other jobs on the machine "
+         "sway far less than the wall clock: above 1.0, ours spent less CPU on the figure.  "
+         "Cold reads and durable writes wait for the disk, which only the table above shows."),
+        "",
+        *ratio_table(medians, args.impls, CPU),
     ]
     if args.url_impls:
         lines += ["", url_table(medians, args.url_impls)]
