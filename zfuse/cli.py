@@ -291,9 +291,15 @@ def _redact(url: str) -> str:
     return redact_url(url)
 
 
+#: URL schemes whose stores can only be read: mounted read-only without --read-only.
+READ_ONLY_SCHEMES = ("http", "https")
+
+
 def _open(url: str, read_only: bool) -> Any:
     from zstores.urls import open_store
 
+    if url.partition("://")[0].lower() in READ_ONLY_SCHEMES:
+        read_only = True
     try:
         return open_store(url, mode="r" if read_only else "a")
     except Exception as error:  # noqa: BLE001 - any failure to open is reported in one line

@@ -7,7 +7,9 @@
 - ``checks``: format 2 documents checked against the specification;
 - ``v3``: ``zarr.json`` documents, v2 -> v3 conversion, consolidated metadata;
 - ``nodes``: what a path is (array or group, format 2 or 3) and an array's
-  chunk grid.
+  chunk grid;
+- ``consolidated``: consolidated documents checked, and the keys a
+  consolidated hierarchy can hold (what a store that cannot list lists from).
 
 Pure functions over decoded JSON: nothing here touches a store (the
 hierarchy functions, migrations, consolidation and the CLI do) or imports

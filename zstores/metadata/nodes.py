@@ -146,7 +146,18 @@ class Array:
         return self.chunk_items * self.itemsize
 
     def chunk_key(self, index: tuple[int, ...]) -> str:
-        """The key of a chunk relative to the array (``"0"`` for a 0-d array)."""
+        """The key of a chunk relative to the array.
+
+        A 0-d array's one chunk is ``"0"`` in format 2 (and v3's ``v2``
+        encoding), ``"c"`` with v3's default encoding, as zarr-python writes them.
+
+        Examples
+        --------
+        >>> Array("x", 3, (), (), "uint8", key_prefix="c/", separator="/").chunk_key(())
+        'c'
+        """
+        if not index and self.key_prefix:
+            return self.key_prefix[:-len(self.separator)]
         return self.key_prefix + self.separator.join(map(str, index or (0,)))
 
     def chunk_index(self, relative: str, nested: bool = False) -> tuple[int, ...] | None:
@@ -161,6 +172,8 @@ class Array:
         >>> a.chunk_index("1.0"), a.chunk_index("2.0"), a.chunk_index("1/0"), a.chunk_index("01.0")
         ((1, 0), None, None, None)
         """
+        if not self.shape and self.key_prefix and relative == self.chunk_key(()):
+            return ()
         if not relative.startswith(self.key_prefix):
             return None
         text = relative[len(self.key_prefix):]
@@ -179,6 +192,33 @@ class Array:
 
     def is_chunk_key(self, relative: str, nested: bool = False) -> bool:
         return self.chunk_index(relative, nested) is not None
+
+    def is_chunk_folder(self, relative: str) -> bool:
+        """Whether ``relative`` is a folder chunk keys can be in (``"c"``, ``"c/1"`` for v3).
+
+        Only a ``/`` separator (and v3's ``c/``) makes folders: dotted chunk
+        keys lie directly in the array's folder.
+
+        Examples
+        --------
+        >>> a = Array("x", 3, (4, 4), (2, 2), "uint8", separator="/", key_prefix="c/")
+        >>> a.is_chunk_folder("c"), a.is_chunk_folder("c/1"), a.is_chunk_folder("c/1/0")
+        (True, True, False)
+        >>> a.is_chunk_folder("c/2"), a.is_chunk_folder("d")
+        (False, False)
+        """
+        parts = relative.split("/")
+        if self.key_prefix:
+            if self.separator != "/" or parts[0] != self.key_prefix[:-1]:
+                return False
+            parts = parts[1:]
+        elif self.separator != "/":
+            return False
+        if len(parts) >= len(self.shape):
+            return False
+        grid = self.grid
+        return all(p.isascii() and p.isdigit() and (p == "0" or p[0] != "0") and int(p) < n
+                   for p, n in zip(parts, grid, strict=False))
 
 
 @dataclass

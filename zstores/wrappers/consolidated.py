@@ -26,6 +26,12 @@ from ..errors import ReadOnlyError
 from ..keys import normalize_storage_path, prefix_of
 from ..metadata import v2
 from ..metadata import v3 as metadata_v3
+from ..metadata.consolidated import (
+    CONSOLIDATED_FORMAT,
+    checked_document,
+    checked_document_v3,
+    document_format,
+)
 from ..metadata.documents import (
     CONSOLIDATED_V2,
     GROUP_V2,
@@ -45,8 +51,6 @@ __all__ = ["ConsolidatedStore", "consolidate_metadata", "open_consolidated"]
 METADATA_NAMES = V2_DOCUMENT_NAMES
 #: The key (under the consolidated group's path) of the consolidated document.
 CONSOLIDATED_KEY = CONSOLIDATED_V2
-#: The ``zarr_consolidated_format`` written and understood.
-CONSOLIDATED_FORMAT = 1
 #: A format 3 node's metadata key; the consolidated group's own holds the document.
 NODE_KEY = NODE_V3
 
@@ -330,49 +334,6 @@ class ConsolidatedStore(WrapperStore):
 
     def _repr_params(self) -> dict[str, Any]:
         return {"path": self._path}
-
-
-def document_format(document: Any) -> int:
-    """3 for a format 3 ``consolidated_metadata`` object (it has ``kind``), else 2."""
-    return 3 if isinstance(document, Mapping) and "kind" in document \
-        and "zarr_consolidated_format" not in document else 2
-
-
-def checked_document_v3(document: Any, where: str) -> dict[str, Any]:
-    """The format 3 ``consolidated_metadata`` object, paths normalized, else MetadataError."""
-    listing = metadata_v3.check_consolidated_field(document, where)
-    normalized = {}
-    for path, node in listing.items():
-        try:
-            normalized[normalize_storage_path(path)] = node
-        except ValueError as error:
-            raise MetadataError(f"{where!r}: consolidated_metadata lists {path!r}, which is "
-                                f"not a valid path ({error})") from None
-    return {"kind": "inline", "must_understand": False, "metadata": normalized}
-
-
-def checked_document(document: Any, where: str) -> dict[str, Any]:
-    """The consolidated document if it has format 1 and only metadata keys, else MetadataError."""
-    if not isinstance(document, Mapping):
-        raise MetadataError(
-            f"{where!r} must hold a JSON object, not {type(document).__name__}"
-        )
-    found = document.get("zarr_consolidated_format")
-    if found != CONSOLIDATED_FORMAT:
-        raise MetadataError(
-            f"{where!r} has zarr_consolidated_format {found!r}; only format "
-            f"{CONSOLIDATED_FORMAT} (written by zarr-python 2 and 3 for Zarr format 2) is read"
-        )
-    metadata = document.get("metadata")
-    if not isinstance(metadata, Mapping):
-        raise MetadataError(f"{where!r} has no 'metadata' object mapping keys to documents")
-    for key in metadata:
-        if not isinstance(key, str) or _name(key) not in METADATA_NAMES:
-            raise MetadataError(
-                f"{where!r} lists {key!r}, which is not a metadata key (a key ending in "
-                f"{', '.join(sorted(METADATA_NAMES))})"
-            )
-    return {"metadata": dict(metadata), "zarr_consolidated_format": CONSOLIDATED_FORMAT}
 
 
 def _as_store(store: Store | str | os.PathLike[str], mode: str) -> tuple[Store, bool]:

@@ -341,6 +341,11 @@ class FsspecEngine:
         return {path: value for path, value in zip(paths, values, strict=True)
                 if value is not None}
 
+    def head_many(self, paths: list[str]) -> dict[str, int]:
+        """The sizes of the objects that exist among ``paths`` (concurrent HEADs)."""
+        sizes = self._gather(self._size_or_none, [(path,) for path in paths])
+        return {path: size for path, size in zip(paths, sizes, strict=True) if size is not None}
+
     def put_many(self, items: list[tuple[str, bytes | memoryview]]) -> None:
         self._gather(self.fs._pipe_file,
                      [(self._full(path), bytes(value)) for path, value in items])

@@ -293,6 +293,11 @@ class ObstoreEngine:
         return {path: value for path, value in zip(paths, values, strict=True)
                 if value is not None}
 
+    def head_many(self, paths: list[str]) -> dict[str, int]:
+        """The sizes of the objects that exist among ``paths`` (concurrent HEADs)."""
+        sizes = self._each(self.head, [(path,) for path in paths])
+        return {path: size for path, size in zip(paths, sizes, strict=True) if size is not None}
+
     def put_many(self, items: list[tuple[str, bytes | memoryview]]) -> None:
         self._each(self.put, items)
 

@@ -10,14 +10,19 @@ options that hold secrets are never shown (``secret_options``).
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from ...base import Mode
 from ...errors import StoreURLError, UnsupportedOperationError
+from ...metadata import CONSOLIDATED_V2, NODE_V3
+from ...metadata.consolidated import published_keys
 from ...secrets import redact_url
-from .._network import backend_error, call_translating
+from .._network import backend_error, call_translating, network_errors_as
 from ._obstore import ObstoreEngine, duration, import_obstore
+from .published import PublishedListing
 from .store import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_MAX_CONCURRENCY,
@@ -528,10 +533,17 @@ class HTTPStore(ObjectStore):
 
     Reads are GETs, ``get_range`` a range GET (the server must answer
     ``Range``: most static file servers and every object store's public
-    URL do), ``stat`` a HEAD.  Listing (``iter``, ``listdir``) needs a
-    server that answers WebDAV's ``PROPFIND``; elsewhere it raises
-    ``UnsupportedOperationError``, and Zarr data is best read through its
-    consolidated metadata.  Mode ``"r"`` only: there is no way to write.
+    URL do), ``stat`` a HEAD.  Listing (``iter``, ``listdir``) comes from
+    the hierarchy's consolidated metadata when the URL has it (``.zmetadata``,
+    or a root ``zarr.json`` with ``consolidated_metadata``): its metadata
+    keys, and the chunk keys its arrays' grids name that exist (concurrent
+    HEADs, asked once per array when a listing first reaches into it; see
+    ``published.py``).  Then ``stat``, ``in`` (and reads, once a listing,
+    ``stat`` or ``in`` has read the metadata) take the name of a folder of
+    the hierarchy for no key, whatever the server answers for its URL.  Without consolidated
+    metadata, listing needs a server that answers WebDAV's ``PROPFIND``;
+    elsewhere it raises ``UnsupportedOperationError`` saying to consolidate.
+    Mode ``"r"`` only: there is no way to write.
 
     Parameters
     ----------
@@ -582,6 +594,9 @@ class HTTPStore(ObjectStore):
                 f"not {mode!r}")
         options = {name: value for name, value in locals().items()
                    if name not in ("self", "location", "mode", "__class__")}
+        # The listing from consolidated metadata: None until read, False if there is none.
+        self._published_listing: PublishedListing | bool | None = None
+        self._published_lock = threading.Lock()
         super().__init__(location, mode=mode, options=options)
 
     @property
@@ -636,9 +651,11 @@ class HTTPStore(ObjectStore):
             # GETs and HEADs are always supported: what a server refuses (405, 501)
             # is the listing, WebDAV's PROPFIND.  Said in one line, with the way out.
             return UnsupportedOperationError(
-                f"{self._store_name()}: http:// stores cannot list keys (the server answers "
-                "no WebDAV PROPFIND); read Zarr data there through its consolidated metadata "
-                "(zarr.open_consolidated, zstores.open_consolidated) or by known keys")
+                f"{self._store_name()}: http:// stores cannot list keys here: there is no "
+                f"consolidated metadata ({CONSOLIDATED_V2} or a {NODE_V3} with "
+                "consolidated_metadata) at the URL, and the server answers no WebDAV PROPFIND; "
+                "consolidate the hierarchy before publishing it (zstores consolidate PATH, or "
+                "zarr.consolidate_metadata), or read it by known keys")
         return typed
 
     def _endpoint(self) -> str:
@@ -646,3 +663,95 @@ class HTTPStore(ObjectStore):
 
     def _params(self) -> dict[str, Any]:
         return {"location": self._url(), **self._options}
+
+    # ------------------------------------------------------------- listing
+    # The methods below call ObjectStore's (which turn driver errors into typed
+    # errors themselves); their own requests go through the decorated helpers.
+    def _published(self) -> PublishedListing | None:
+        """The listing from the consolidated metadata, read once; None if there is none.
+
+        A broken consolidated document raises ``MetadataError`` naming its key.
+        """
+        with self._published_lock:
+            if self._published_listing is None:
+                names = [CONSOLIDATED_V2, NODE_V3]
+                found = self._get_many_raw([self._root + name for name in names])
+                published = [keys for name in names if self._root + name in found
+                             for keys in [published_keys(name, found[self._root + name])]
+                             if keys is not None]
+                self._published_listing = self._new_listing(published) if published else False
+            return self._published_listing or None
+
+    @network_errors_as
+    def _get_many_raw(self, paths: list[str]) -> dict[str, bytes]:
+        return self._engine.get_many(paths)
+
+    @network_errors_as
+    def _new_listing(self, published: list[Any]) -> PublishedListing:
+        return PublishedListing(published, self._head_many)
+
+    def _head_many(self, keys: list[str]) -> dict[str, int]:
+        sizes = self._engine.head_many([self._root + key for key in keys])
+        return {self._key_of(path): size for path, size in sizes.items()}
+
+    @network_errors_as
+    def _sizes_under(self, published: PublishedListing, prefix: str) -> dict[str, int]:
+        return published.sizes_under(prefix)
+
+    @network_errors_as
+    def _names_in(self, published: PublishedListing, prefix: str) -> set[str]:
+        return published.names_in(prefix)
+
+    def _is_folder(self, key: str, *, read: bool = True) -> bool:
+        """Whether the consolidated hierarchy makes ``key`` a folder, which is never a key.
+
+        ``read=False``: only if the consolidated metadata was read already (a
+        get by a known key costs one request, not the metadata's too).
+        """
+        if read:
+            published = self._published()
+        else:
+            published = self._published_listing or None  # type: ignore[assignment]
+        return published is not None and published.is_folder(key)
+
+    # A folder's name reads as missing without a request: a static server
+    # answers a folder's URL with a page of links (or a redirect to one).
+    def _get(self, key: str) -> bytes:
+        if self._is_folder(key, read=False):
+            raise KeyError(key)
+        return super()._get(key)
+
+    def _get_range(self, key: str, start: int, length: int | None) -> bytes:
+        if self._is_folder(key, read=False):
+            raise KeyError(key)
+        return super()._get_range(key, start, length)
+
+    def _get_many(self, keys: list[str]) -> dict[str, bytes]:
+        return super()._get_many([key for key in keys if not self._is_folder(key, read=False)])
+
+    def _stat(self, key: str) -> int | None:
+        return None if self._is_folder(key) else super()._stat(key)
+
+    def _contains(self, key: str) -> bool:
+        return not self._is_folder(key) and super()._contains(key)
+
+    def _list_prefix(self, prefix: str) -> list[str]:
+        published = self._published()
+        if published is None:
+            return super()._list_prefix(prefix)
+        return list(self._sizes_under(published, prefix))
+
+    def _listdir(self, prefix: str) -> Iterable[str]:
+        published = self._published()
+        if published is None:
+            return super()._listdir(prefix)
+        return self._names_in(published, prefix)
+
+    def _getsize_prefix(self, prefix: str) -> int:
+        published = self._published()
+        if published is None:
+            return super()._getsize_prefix(prefix)
+        return sum(self._sizes_under(published, prefix).values())
+
+    def _len(self) -> int:
+        return len(self._list_prefix(""))
