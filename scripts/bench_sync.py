@@ -12,6 +12,11 @@
    - zarr-python 3 on zstores, unsynchronized (loses updates: the anchor
      for what the locks cost);
    - zarr-python 3 on zstores through ``synchronized(array, ProcessSynchronizer)``;
+   - zarr-python 2.18 on zstores stores (through ``zstores.zarr_store``)
+     with zstores' ``ProcessSynchronizer`` as its ``synchronizer=``: the
+     same zarr as the anchor, so that this against the anchor is zstores'
+     stores and locks alone, and this against zarr 3 + zstores sync is the
+     zarr version alone;
    - zarr-python 2.18 on its own stores with its own ``ProcessSynchronizer``.
    Aggregate MB/s is all bytes written over the time from a common start to
    the last writer's end.  CPU ms/MB is the writer processes' CPU time (all
@@ -40,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench_common import missing_peers
@@ -50,7 +56,7 @@ MARK_END = "<!-- bench_sync:end -->"
 
 LOCK_IMPLS = ["zstores-process", "zstores-striped", "zstores-thread", "zstores-redis",
               "zarr2-process", "zarr2-thread"]
-WRITE_IMPLS = ["zarr3-nolock", "zarr3-sync", "zarr2-sync"]
+WRITE_IMPLS = ["zarr3-nolock", "zarr3-sync", "zarr2-zstores", "zarr2-sync"]
 BACKENDS = ["lmdb", "sqlite", "directory"]
 WRITERS = [1, 2, 4]
 # --smoke: a few small stripes and locks, set in the environment so that the
@@ -142,27 +148,38 @@ def write_stripes(target, stripes: list[int], start_at: float) -> tuple[float, f
 def make_target(impl: str, backend: str, folder: Path):
     folder.mkdir(parents=True)
     shape, chunks = (STRIPES * WIDTH,), (CHUNK,)
-    if impl == "zarr2-sync":
+    if impl.startswith("zarr2-"):
         import zarr
 
-        store = zarr2_store(backend, folder)
-        sync = zarr.ProcessSynchronizer(str(folder / "locks"))
+        if impl == "zarr2-sync":
+            store = zarr2_store(backend, folder)
+            sync = zarr.ProcessSynchronizer(str(folder / "locks"))
+        else:
+            from zstores.adapters import zarr_store
+            from zstores.sync import ProcessSynchronizer
+
+            store = zarr_store(zstores_store(backend, folder))
+            sync = ProcessSynchronizer(folder / "locks")
         return zarr.open_array(store, mode="w", shape=shape, chunks=chunks, dtype="i8",
                                compressor=None, synchronizer=sync)
     import zarr
 
     from zstores.adapters import zarr_store
     from zstores.sync import ProcessSynchronizer, synchronized
+
+    array = zarr.create_array(zarr_store(zstores_store(backend, folder)), shape=shape,
+                              chunks=chunks, dtype="i8", compressors=None, zarr_format=2)
+    if impl == "zarr3-nolock":
+        return array
+    return synchronized(array, ProcessSynchronizer(folder / "locks"))
+
+
+def zstores_store(backend: str, folder: Path):
     from zstores.urls import open_store
 
     suffix = {"lmdb": ".lmdb", "sqlite": ".sqlite", "directory": ""}[backend]
     scheme = {"lmdb": "lmdb", "sqlite": "sqlite", "directory": "file"}[backend]
-    store = open_store(f"{scheme}://{folder / ('data' + suffix)}", mode="w")
-    array = zarr.create_array(zarr_store(store), shape=shape, chunks=chunks, dtype="i8",
-                              compressors=None, zarr_format=2)
-    if impl == "zarr3-nolock":
-        return array
-    return synchronized(array, ProcessSynchronizer(folder / "locks"))
+    return open_store(f"{scheme}://{folder / ('data' + suffix)}", mode="w")
 
 
 def zarr2_store(backend: str, folder: Path):
@@ -253,46 +270,74 @@ def lock_table(medians: dict[tuple[str, str], float], rounds: int) -> str:
     return "\n".join(lines)
 
 
+WRITE_COLUMNS = {
+    "zarr3-nolock": "zarr 3, no locks",
+    "zarr3-sync": "zarr 3 + zstores sync",
+    "zarr2-zstores": "zarr 2.18 + zstores sync and store",
+    "zarr2-sync": "zarr 2.18 + its sync and store",
+}
+
+
 def write_table(
     medians: dict[tuple[str, str, str], float], rounds: int, backends: list[str]
 ) -> str:
+    """Two tables: aggregate MB/s, then the writers' CPU ms per MB, with their ratios."""
     megabytes = STRIPES * WIDTH * 8 / 1e6
-    lines = [
+    names = " | ".join(WRITE_COLUMNS[impl] for impl in WRITE_IMPLS)
+    ratios = ("locks' cost | zarr 3 + zstores vs zarr 2.18 | zarr 2.18: zstores vs its own "
+              "| zarr 3 vs zarr 2.18, both on zstores")
+    head = [f"| backend | writers | {names} | {ratios} |",
+            "|---|---:|" + "---:|" * (len(WRITE_IMPLS) + 4)]
+    speed = [
         (
             f"Aggregate write throughput (MB/s; higher is better), {megabytes:.3g} MB in "
             f"{STRIPES} chunk-unaligned stripes of {WIDTH * 8 >> 10:,} KiB over chunks of "
-            f"{CHUNK:,} elements, median of "
-            f"{rounds} rounds, and the writers' CPU time per MB (ms; lower is better; every "
-            "thread of the writer processes).  \"locks' cost\": synchronized over "
-            "unsynchronized speed; \"vs zarr 2.18\": zstores-synchronized zarr 3 over "
-            "zarr-python 2.18 with its ProcessSynchronizer on its own store, by speed and by "
-            "CPU time (above 1.0: faster, or less CPU)."
+            f"{CHUNK:,} elements, uncompressed, median of {rounds} rounds.  \"locks' cost\": "
+            "zarr 3 synchronized over unsynchronized; \"zarr 3 + zstores vs zarr 2.18\": the "
+            "target, zstores-synchronized zarr 3 over zarr-python 2.18 with its "
+            "ProcessSynchronizer on its own store; \"zarr 2.18: zstores vs its own\": the "
+            "same zarr 2.18 on zstores' store and locks over its own (what zstores' parts "
+            "cost); \"zarr 3 vs zarr 2.18\": both on zstores' store and locks (what the zarr "
+            "version costs).  Above 1.0: faster."
         ),
         "",
+        *head,
+    ]
+    cpu = [
         (
-            "| backend | writers | zarr 3, no locks | zarr 3 + zstores sync | zarr 2.18 + its sync "
-            "| locks' cost | vs zarr 2.18 | CPU ms/MB: zarr 3, no locks | zarr 3 + zstores sync "
-            "| zarr 2.18 + its sync | vs zarr 2.18 (CPU) |"
+            "The writers' CPU time per MB written (ms; lower is better; every thread of the "
+            "writer processes, so zarr 3's event loop too), the same runs.  On a shared "
+            "machine a writer waits for a core as long as it runs; this shows what each "
+            "costs apart from that wait.  Ratios as above (above 1.0: less CPU)."
         ),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "",
+        *head,
     ]
     for backend in backends:
         for writers in WRITERS:
-            rate, cpu = {}, {}
+            rate, used = {}, {}
             for impl in WRITE_IMPLS:
                 seconds = medians.get((backend, str(writers), impl))
                 rate[impl] = megabytes / seconds if seconds else None
-                used = medians.get((backend, f"cpu{writers}", impl))
-                cpu[impl] = used * 1000 / megabytes if used else None
-            cells = [f"{rate[i]:,.0f}" if rate[i] else "n/a" for i in WRITE_IMPLS]
-            cpu_cells = [f"{cpu[i]:,.2f}" if cpu[i] else "n/a" for i in WRITE_IMPLS]
-            lines.append(
-                f"| {backend} | {writers} | {' | '.join(cells)} | "
-                f"{ratio(rate['zarr3-sync'], rate['zarr3-nolock'])} | "
-                f"{ratio(rate['zarr3-sync'], rate['zarr2-sync'])} | {' | '.join(cpu_cells)} | "
-                f"{ratio(cpu['zarr2-sync'], cpu['zarr3-sync'])} |"
-            )
-    return "\n".join(lines)
+                spent = medians.get((backend, f"cpu{writers}", impl))
+                # as a rate (MB per CPU second), so that the ratios read the same way
+                used[impl] = megabytes / spent if spent else None
+            speed.append(_write_row(backend, writers, rate, lambda v: f"{v:,.0f}"))
+            cpu.append(_write_row(backend, writers, used, lambda v: f"{1000 / v:,.2f}"))
+    return "\n".join(speed) + "\n\n" + "\n".join(cpu)
+
+
+def _write_row(backend: str, writers: int, rate: dict[str, float | None],
+               show: Callable[[float], str]) -> str:
+    """One table row: the figures, then the four ratios (rates: higher is better)."""
+    cells = [show(rate[impl]) if rate[impl] else "n/a" for impl in WRITE_IMPLS]
+    ratios = [
+        ratio(rate["zarr3-sync"], rate["zarr3-nolock"]),
+        ratio(rate["zarr3-sync"], rate["zarr2-sync"]),
+        ratio(rate["zarr2-zstores"], rate["zarr2-sync"]),
+        ratio(rate["zarr3-sync"], rate["zarr2-zstores"]),
+    ]
+    return f"| {backend} | {writers} | {' | '.join(cells)} | {' | '.join(ratios)} |"
 
 
 def record(text: str) -> None:
