@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench_common import missing_peers
+from bench_common import load_average, missing_peers
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK_BEGIN = "<!-- bench_sync:begin -->"
@@ -390,10 +390,15 @@ def main() -> None:
         args.rounds = 1
         args.backends = args.backends[:1]  # the others run the same code
     missing_peers({"zarr-python 2.18": Path(args.zarr2_python).exists()}, args.require_peers)
+    load_before = load_average()
+    locks = lock_table(measure_locks(args), args.rounds)
+    writes = write_table(measure_writes(args), args.rounds, args.backends)
     text = "\n\n".join([
         "### Synchronizers (`scripts/bench_sync.py`)",
-        lock_table(measure_locks(args), args.rounds),
-        write_table(measure_writes(args), args.rounds, args.backends),
+        (f"Load average (1 minute) {load_before:.1f} at the start, {load_average():.1f} at "
+         f"the end, on {os.cpu_count()} cores."),
+        locks,
+        writes,
     ])
     print(text)
     if args.record:
