@@ -560,9 +560,15 @@ class LMDBStore(Store):
     2's on Linux.  With a writable map, a write into the sparse data file on a
     full disk kills the process with ``SIGBUS`` instead of raising
     ``lmdb.Error``, a stray write through the map can reach the data, and the
-    data file shows the whole map size; measured on Linux (ext4, one
-    process), it left single-key gets as fast and single-key sets no faster
-    (with 1 MiB values several times slower).  Pass ``writemap=True`` while
+    data file shows the whole map size.  Python code cannot write through the
+    map (py-lmdb's views are read-only); C code in the process can (an
+    extension's bug, ctypes), and with a writable map its damage is committed
+    with the next transaction instead of crashing the process.  Measured on
+    Linux (ext4, one process), it left single-key gets as fast and single-key
+    sets no faster (with 1 MiB values several times slower); zarr-python 3
+    writing 1 MiB chunks used more CPU with it (6.9 against 2.3 ms per MB),
+    zarr-python 2.18 less (2.8 against 3.5), see docs/parallel-writes.md.
+    Pass ``writemap=True`` while
     zarr-python 2 processes use the same environment: LMDB warns that mixing
     the two modes can defeat ``flush()`` and ``sync=True``.
 
