@@ -545,6 +545,29 @@ def test_a_plain_write_takes_the_locks_of_a_block_of_chunks_before_writing_it(tm
     assert proxy[:].tolist() == [-1] * 5 + [1] * 155 + [-1] * 40
 
 
+@pytest.mark.parametrize("backend,blocked_first", [("directory", True), ("lmdb", False)])
+def test_blocks_of_large_chunks_stay_within_a_mib_on_threaded_stores(backend, blocked_first,
+                                                                     tmp_path, request):
+    # 1 MiB chunks: a Directory store (zarr calls it in worker threads) gets
+    # one per zarr call, so chunk 0 is written before chunk 1's lock times
+    # out; LMDB (called in zarr's loop) gets both in one block, so neither is.
+    sync = ProcessSynchronizer(tmp_path / "locks", timeout=0.05)
+    store = open_backend(backend, tmp_path, request)
+    try:
+        chunk = (1 << 20) // 8
+        proxy = synchronized(make_array(store, (4 * chunk,), (chunk,)), sync)
+        holder, connection = start_holder(sync, proxy.layout.chunk_key((1,)))
+        try:
+            with pytest.raises(LockTimeoutError):
+                proxy[0:2 * chunk] = 1
+        finally:
+            stop_holder(holder, connection)
+        assert int(proxy[0]) == (1 if blocked_first else -1)
+        assert int(proxy[chunk]) == -1
+    finally:
+        store.close()
+
+
 # ------------------------------------------------- processes writing stripes
 def stripe_arguments(target, stripes: int, rounds: int) -> list[tuple]:
     return [(target, workers.stripes_of(w, WRITERS, stripes), WIDTH, rounds)
