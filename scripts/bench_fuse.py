@@ -17,9 +17,10 @@ user would) and measured against its reference in the same run:
 * ``ls`` of a directory of 100,000 keys (target < 2 s);
 * one ZIP_STORED archive (2,000 x 64 KiB + 256 MiB) mounted by zfuse (read-write
   and read-only) and by ratarmount, the peer: mount time, ``find``, small files
-  cold and warm with one and 8 reader threads, the big file cold and warm, and
-  the daemon's peak RSS (``--parts archive``); every mount after dropping the
-  page cache (``bench_common.drop_cold``).
+  cold and warm with one and 8 reader threads, the big file cold and warm, the
+  daemon's peak RSS, and the daemon's CPU time for each pass, which other jobs
+  on the machine do not inflate the way they do wall-clock time (``--parts
+  archive``); every mount after dropping the page cache (``bench_common.drop_cold``).
 
 Sequential reads and ``ls`` use the default mount (read-write).  Small files
 and zarr are measured through three kinds of mount: the default, ``--read-only``
@@ -33,7 +34,9 @@ attributes and unchanged pages.
 
 Every number is the median of ``--rounds`` rounds.  ``--record`` writes the
 table between ``<!-- bench_fuse:begin -->`` and ``<!-- bench_fuse:end -->`` in
-docs/benchmarks.md (appending the markers if missing) and touches nothing else.
+docs/benchmarks.md (appending the markers if missing) and touches nothing else;
+the archive part goes between ``<!-- bench_fuse_archive:begin -->`` and
+``<!-- bench_fuse_archive:end -->``, so either part is recorded alone.
 
 Usage::
 
@@ -64,6 +67,10 @@ from bench_common import drop_cold, drop_page_cache, missing_peers, record_secti
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- bench_fuse:begin -->", "<!-- bench_fuse:end -->"
+# The archive part (zfuse against ratarmount) has its own markers, so either part
+# can be recorded alone without erasing the other's table.
+ARCHIVE_BEGIN = "<!-- bench_fuse_archive:begin -->"
+ARCHIVE_END = "<!-- bench_fuse_archive:end -->"
 ZFUSE = [sys.executable, "-m", "zfuse"]
 MIB = 1 << 20
 PARTS = ("stores", "archive")
@@ -471,6 +478,31 @@ def walk(mountpoint: Path) -> None:
         raise SystemExit(f"find failed in {mountpoint}")
 
 
+def daemon_cpu_seconds(pid: int) -> float:
+    """CPU seconds the threads of the daemon ``pid`` have run so far (nanosecond clock).
+
+    The sum of each thread's ``schedstat`` run time: ``/proc/PID/stat`` counts in
+    10 ms ticks, too coarse for a ``find`` that costs a few milliseconds.  Both
+    daemons keep their serving threads for the whole mount, so none is missed.
+    """
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # the thread ended meanwhile
+    return total / 1e9
+
+
+def timed_pass(work: Callable[[], Any], pid: int) -> tuple[float, float]:
+    """Wall seconds of ``work`` and the CPU seconds the daemon spent serving it."""
+    cpu = daemon_cpu_seconds(pid)
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start, daemon_cpu_seconds(pid) - cpu
+
+
 def archive_round(kind: str, archive: Path, mountpoint: Path, index: Path,
                   args: argparse.Namespace) -> dict[str, float]:
     """One round of every archive figure through fresh mounts of one kind.
@@ -478,7 +510,9 @@ def archive_round(kind: str, archive: Path, mountpoint: Path, index: Path,
     Three mounts, each after dropping the page cache (``drop_cold``): the first
     walks the tree (``find``) and reads the big member cold then warm; the
     second reads the small files with one thread, cold then warm; the third
-    with ``THREADS`` threads.  Returns seconds per figure, and the peak RSS in MiB.
+    with ``THREADS`` threads.  Returns seconds per figure, the daemon's CPU
+    seconds per pass (``"daemon CPU, <figure>"``: independent of how loaded the machine
+    is, unlike the wall time) and the peak RSS in MiB.
     """
     small = mountpoint / "small"
     buffer = bytearray(MIB)
@@ -499,11 +533,13 @@ def archive_round(kind: str, archive: Path, mountpoint: Path, index: Path,
         mounted = mount_archive(kind, archive, mountpoint, index)
         try:
             mount_times.append(mounted.seconds)
-            for name, work in first:
-                figures[f"{name}, cold" if name != "find" else name] = median_time(work, 1)
-            for name, work in first:
-                if name != "find":
-                    figures[f"{name}, warm"] = median_time(work, 1)
+            for temperature in ("cold", "warm"):
+                for name, work in first:
+                    if name == "find" and temperature == "warm":
+                        continue
+                    figure = name if name == "find" else f"{name}, {temperature}"
+                    figures[figure], figures[f"daemon CPU, {figure}"] = timed_pass(
+                        work, mounted.pid)
             peaks.append(peak_rss_mib(mounted.pid))
         finally:
             unmount_archive(mounted)
@@ -526,6 +562,10 @@ def archive_units(args: argparse.Namespace) -> dict[str, tuple[str, float | None
         "big file, cold": ("MiB/s", big),
         "big file, warm": ("MiB/s", big),
         "daemon peak RSS": ("MiB", None),
+        **{f"daemon CPU, {name}": ("ms", None) for name in (
+            "find", "small files, 1 thread, cold", "small files, 1 thread, warm",
+            f"small files, {THREADS} threads, cold", f"small files, {THREADS} threads, warm",
+            "big file, cold", "big file, warm")},
     }
 
 
@@ -551,7 +591,8 @@ def bench_archive(args: argparse.Namespace, work: Path) -> tuple[str, dict[str, 
             for name, value in archive_round(kind, archive, mountpoint, index, args).items():
                 samples.setdefault((name, kind), []).append(value)
     medians = {key: statistics.median(values) for key, values in samples.items()}
-    return archive_table(medians, kinds, args), archive_ratios(medians, kinds, args)
+    return (archive_table(medians, kinds, args, samples),
+            archive_ratios(medians, kinds, args))
 
 
 def shown(value: float, unit: str, work: float | None) -> tuple[str, float]:
@@ -559,6 +600,8 @@ def shown(value: float, unit: str, work: float | None) -> tuple[str, float]:
     if work is not None:
         speed = work / value
         return f"{speed:,.0f}", speed
+    if unit == "ms":  # measured in seconds
+        return f"{value * 1000:,.1f}", 1 / max(value, 1e-6)
     return (f"{value:.2f}" if unit == "s" else f"{value:,.0f}"), 1 / value
 
 
@@ -576,33 +619,50 @@ def archive_ratios(medians: dict[tuple[str, str], float], kinds: list[str],
     return ratios
 
 
+def round_ratios(samples: dict[tuple[str, str], list[float]], name: str, kind: str,
+                 args: argparse.Namespace) -> list[float]:
+    """zfuse's ratio over ratarmount's in each round of one figure (the spread of the median)."""
+    unit, work = archive_units(args)[name]
+    return [shown(ours, unit, work)[1] / shown(theirs, unit, work)[1]
+            for ours, theirs in zip(samples[name, kind], samples[name, "ratarmount"],
+                                    strict=True)]
+
+
 def archive_table(medians: dict[tuple[str, str], float], kinds: list[str],
-                  args: argparse.Namespace) -> str:
+                  args: argparse.Namespace,
+                  samples: dict[tuple[str, str], list[float]]) -> str:
     zfuse_kinds = [k for k in kinds if k != "ratarmount"]
+    peer = "ratarmount" in kinds
     lines = [
-        "### zfuse and ratarmount on one ZIP archive",
+        "### zfuse and ratarmount on one ZIP archive (scripts/bench_fuse.py --parts archive)",
         "",
         (f"One ZIP_STORED archive of {args.files:,} files of {args.file_kib} KiB and one of "
          f"{args.size_mib} MiB, written by Python's zipfile, mounted by `zfuse mount zip://...` "
          "(read-write, the default, and `--read-only`) and by `ratarmount -f` (its index built "
          "by an untimed first mount), medians of "
-         f"{args.rounds} rounds.  Each round makes three fresh mounts of each kind, each after "
+         f"{args.rounds} rounds ({time.strftime('%Y-%m-%d')}; {os.cpu_count()} cores, load "
+         f"average {args.load:.1f} at the start and {os.getloadavg()[0]:.1f} at the end, "
+         "shared with other jobs).  Each round makes three fresh mounts of each kind, each after "
          "dropping the page cache (root) so the archive comes from the disk: one for `find` "
          "over the tree and the big file, one for the small files with one reader thread, one "
          f"with {THREADS}; \"cold\" is the first pass through the mount, \"warm\" the second.  "
          "Mount time: from the command to a mount that answers.  Peak RSS: the daemon's "
-         "VmHWM, the largest of the three mounts.  Ratios are zfuse's over ratarmount's "
-         "(speed, or ratarmount's seconds or MiB over zfuse's; above 1.0: zfuse is better)."),
+         "VmHWM, the largest of the three mounts.  \"daemon CPU\": user and system time of "
+         "the daemon process (all its threads) during the pass, which the load of other jobs "
+         "does not inflate the way it does wall-clock time.  Ratios are zfuse's over "
+         "ratarmount's (speed, or ratarmount's seconds, MiB or CPU over zfuse's; above 1.0: "
+         "zfuse is better); \"rounds\" gives the lowest and highest ratio of single rounds."),
         "",
         ("| figure | unit | " + " | ".join(kinds) + " | "
-         + " | ".join(f"{k} ×" for k in zfuse_kinds if "ratarmount" in kinds) + " |"),
-        "|---|---|" + "---:|" * (len(kinds) + (len(zfuse_kinds) if "ratarmount" in kinds else 0)),
+         + " | ".join(f"{k} × | rounds" for k in zfuse_kinds if peer) + " |"),
+        "|---|---|" + "---:|" * (len(kinds) + (2 * len(zfuse_kinds) if peer else 0)),
     ]
     ratios = archive_ratios(medians, kinds, args)
     for name, (unit, work) in archive_units(args).items():
         cells = [shown(medians[name, kind], unit, work)[0] for kind in kinds]
-        cells += [f"{ratios[f'{name}|{kind}']:.2f}" for kind in zfuse_kinds
-                  if f"{name}|{kind}" in ratios]
+        for kind in zfuse_kinds if peer else ():
+            each = round_ratios(samples, name, kind, args)
+            cells += [f"{ratios[f'{name}|{kind}']:.2f}", f"{min(each):.2f}-{max(each):.2f}"]
         lines.append(f"| {name} | {unit} | " + " | ".join(cells) + " |")
     for kind in zfuse_kinds:
         one = medians.get(("small files, 1 thread, cold", kind))
@@ -692,11 +752,15 @@ def main() -> None:
         for path in left:  # never delete through a mount left behind
             subprocess.run(["fusermount", "-u", "-z", path], capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
-    text = table(rows, args) if rows else "## zfuse (scripts/bench_fuse.py)"
-    text += "\n\n" + archive_text if archive_text else ""
-    print(text)
-    if args.record:
-        record_section(BEGIN, END, text)
+    if rows:
+        text = table(rows, args)
+        print(text)
+        if args.record:
+            record_section(BEGIN, END, text)
+    if archive_text:
+        print(archive_text)
+        if args.record:
+            record_section(ARCHIVE_BEGIN, ARCHIVE_END, archive_text)
 
 if __name__ == "__main__":
     main()
