@@ -190,6 +190,23 @@ def test_keys_stored_with_long_segments_are_reachable_by_the_library_not_the_mou
     assert store[f"d/{long}2/k"] == b"below a folder with a long name"
 
 
+def test_a_big_folder_of_keys_lists_without_the_names_the_mount_cannot_reach(
+        mounted_store: tuple[zstores.Store, Path]) -> None:
+    # Past 256 names a folder of keys is listed by one prefix scan, and names
+    # are checked all at once; one long name among them must still be left out.
+    store, root = mounted_store
+    for folder, name in (("ascii", "x" * 300), ("utf8", "é" * 128)):  # 300 and 256 bytes
+        store.setitems({f"{folder}/{i}": b"k" for i in range(300)})
+        try:
+            store[f"{folder}/{name}"] = b"a name longer than 255 bytes"
+        except InvalidKeyError:
+            pytest.skip(f"{type(store).__name__} refuses segments longer than 255 bytes itself")
+        assert sorted(os.listdir(root / folder)) == sorted(str(i) for i in range(300))
+        with os.scandir(root / folder) as entries:
+            for entry in entries:
+                assert entry.inode() == entry.stat(follow_symlinks=False).st_ino
+
+
 @pytest.mark.filterwarnings("ignore:.*not valid UTF-8:UserWarning")  # the store's own note
 def test_stray_names_in_a_folder_store_that_are_not_utf8_are_not_listed(
         tmp_path: Path, mountpoint: Path) -> None:

@@ -19,7 +19,7 @@ from mfusepy import FuseOSError
 import zfuse
 from zfuse.identity import Identities
 from zfuse.mounttable import is_mounted, mount_entry, unescape
-from zfuse.names import listable, name_error
+from zfuse.names import all_listable, listable, name_error
 from zfuse.view import StoreView
 from zstores import Store
 
@@ -107,10 +107,24 @@ def test_identities_new_inodes_and_strictly_later_times() -> None:
     assert ids.of("f/e")[0] == ino and ids.of("d/e")[0] != ino
 
 
+def test_inodes_of_a_listing_are_those_stat_shows() -> None:
+    ids = Identities()
+    keys = [f"arr/{i}" for i in range(100)]
+    assert ids.inodes(keys) == [ids.of(key)[0] for key in keys]  # nothing changed yet
+    ids.new("arr/7")
+    ids.touch("arr/8")
+    assert ids.inodes(keys) == [ids.of(key)[0] for key in keys]
+    assert ids.inodes(["arr/7"]) != [Identities().of("arr/7")[0]]  # its own, not the hash
+
+
 def test_name_rules() -> None:
     assert name_error("a/" + "é" * 127) is None  # 254 bytes
     assert name_error("a/" + "é" * 128) == errno.ENAMETOOLONG
     assert listable("0.0") and not listable("a\\b") and not listable("caf\udce9")
+    for names in (["0.0", "1.0"], ["0.0", "a\\b"], ["0.0", "x" * 255], ["0.0", "x" * 256],
+                  ["0.0", "é" * 127], ["0.0", "é" * 128], ["caf\udce9"], []):
+        assert all_listable(names) in (all(map(listable, names)), False), names
+    assert all_listable(["0.0", "x" * 255]) and not all_listable(["0.0", "x" * 256])
 
 
 def test_mount_table(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ them out and a lookup does not find them, so ``ls`` never shows a name that
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-__all__ = ["NAME_MAX", "ancestors", "listable", "name_error", "parent"]
+__all__ = ["NAME_MAX", "ancestors", "all_listable", "listable", "name_error", "parent"]
 
 #: The longest name (bytes of UTF-8) the mount creates, looks up or lists, as
 #: on local file systems (statfs reports it as f_namemax).  The kernel itself
@@ -77,6 +77,25 @@ def listable(name: str) -> bool:
     except UnicodeEncodeError:
         return False
     return size <= NAME_MAX and "\\" not in name
+
+
+def all_listable(names: Iterable[str]) -> bool:
+    """Whether every name is ``listable``, tested in a few C-level string calls.
+
+    True for the common folder (short ASCII names without a backslash);
+    False tells the caller to check the names one by one.
+
+    Examples
+    --------
+    >>> all_listable(["0.0", "0.1"]), all_listable(["0.0", "a\\\\b"]), all_listable([])
+    (True, False, True)
+    """
+    names = list(names)
+    if not names:
+        return True
+    joined = "/".join(names)  # no name holds "/": it only separates
+    return (joined.isascii() and "\\" not in joined
+            and len(max(names, key=len)) <= NAME_MAX)
 
 
 def parent(key: str) -> str:

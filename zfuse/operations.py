@@ -190,8 +190,10 @@ class StoreOperations(mfusepy.Operations):
         entries = [(".", dir_mode, identity(key)[0]),
                    ("..", dir_mode, identity(parent(key))[0] if key else 1)]
         prefix = key + "/" if key else ""
-        for name, is_file in view.children(prefix).items():
-            entries.append((name, file_mode if is_file else dir_mode, identity(prefix + name)[0]))
+        children = view.children(prefix)
+        inodes = view.identities.inodes([prefix + name for name in children])
+        entries += [(name, file_mode if is_file else dir_mode, ino)
+                    for (name, is_file), ino in zip(children.items(), inodes, strict=True)]
         return entries
 
     # ------------------------------------------------------------ reading

@@ -36,7 +36,7 @@ from zstores.errors import InvalidKeyError
 from .errors import FuseOSError, fail
 from .handles import OpenFile
 from .identity import Identities
-from .names import NAME_MAX, ancestors, listable, name_error
+from .names import NAME_MAX, all_listable, ancestors, listable, name_error
 
 __all__ = ["BLOCK_SIZE", "Attrs", "LocalDirs", "StoreView"]
 
@@ -380,6 +380,8 @@ class StoreView:
         for key, file in list(self.files.items()):
             if file.pending and key.startswith(prefix) and "/" not in key[len(prefix):]:
                 kinds[key[len(prefix):]] = True
+        if all_listable(kinds):  # the usual folder: no per-name check
+            return kinds
         return {name: kind for name, kind in kinds.items() if listable(name)}
 
     def _mostly_files(self, prefix: str, names: list[str]) -> bool:
@@ -396,17 +398,24 @@ class StoreView:
         flat are remembered, so the next listing is this one scan alone.
         """
         start = len(prefix)
+        keys = self._keys_below(prefix)
+        rests = [key[start:] for key in keys]
         kinds: dict[str, bool] = {}
         deeper = 0
-        for key in self._keys_below(prefix):
-            rest = key[start:]
-            slash = rest.find("/")
-            if slash < 0:
-                kinds[rest] = True
-                self._witness[prefix[:-1]] = key
-            else:
-                deeper += 1
-                kinds.setdefault(rest[:slash], False)
+        if "/" not in "".join(rests):
+            # Only keys (a folder of chunks): one C-level search, no step per key.
+            kinds = dict.fromkeys(rests, True)
+            if keys:
+                self._witness[prefix[:-1]] = keys[-1]
+        else:
+            for key, rest in zip(keys, rests, strict=True):
+                slash = rest.find("/")
+                if slash < 0:
+                    kinds[rest] = True
+                    self._witness[prefix[:-1]] = key
+                else:
+                    deeper += 1
+                    kinds.setdefault(rest[:slash], False)
         if len(kinds) < _SCAN_MIN or deeper > len(kinds):
             self._flat.pop(prefix, None)
             return None if deeper > len(kinds) else kinds
