@@ -248,6 +248,10 @@ class Store(MutableMapping[str, bytes]):
     supports_transactions: bool = False
     #: ``snapshot()`` works: a read-only view of one state of the store.
     supports_snapshots: bool = False
+    #: ``_commit_changes`` copies each value out (into the engine's pages, a
+    #: command) rather than keeping the object: a transaction then holds its
+    #: values in pooled memory (``zstores._arena``) instead of ``bytes``.
+    _commit_copies_values: bool = True
 
     def __init__(self, *, mode: Mode = "a") -> None:
         self._mode = check_mode(mode)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._arena import BLOCK_BYTES, Arena
 from .base import Buffer, Store
 from .errors import (
     StoreClosedError,
@@ -88,8 +89,11 @@ class ChangeSet:
         Prefixes (``"a/"``; ``""`` for everything) whose keys are deleted
         first.  None lies under another.
     writes : dict
-        Key -> the value to set (bytes), or None to delete it (missing: no-op).
-        Applied after ``cleared``.
+        Key -> the value to set, or None to delete it (missing: no-op).
+        Applied after ``cleared``.  A value is ``bytes`` or a read-only
+        ``memoryview`` of the transaction's memory, valid only until the
+        commit returns: a backend that keeps a value copies it (as ``_set``
+        does with a ``memoryview``).
     reads : dict
         Key -> what the transaction observed of it in the store; ``check``
         compares each with the key's value at commit.
@@ -103,7 +107,7 @@ class ChangeSet:
     """
 
     cleared: list[str] = field(default_factory=list)
-    writes: dict[str, bytes | None] = field(default_factory=dict)
+    writes: dict[str, Buffer | None] = field(default_factory=dict)
     reads: dict[str, list[Observation]] = field(default_factory=dict)
 
     @property
@@ -192,7 +196,12 @@ class Transaction(Store):
                      "persistent", "hierarchical", "blocking", "supports_empty_values"):
             setattr(self, flag, getattr(store, flag))
         self._lock = threading.RLock()
-        self._writes: dict[str, bytes | None] = {}
+        # The values written, copied into pooled memory where the backend's
+        # commit copies them out anyway (_arena.py: no fresh pages per
+        # commit); bytes of their own where the backend keeps what it is given.
+        self._arena = Arena() if store._commit_copies_values else None
+        self._replaced = 0  # bytes of the arena's values since replaced or deleted
+        self._writes: dict[str, Buffer | None] = {}
         self._cleared: list[str] = []
         self._reads: dict[str, list[Observation]] = {}
         self._state = "open"
@@ -229,13 +238,19 @@ class Transaction(Store):
         super()._check_writable()
 
     def changes(self) -> ChangeSet:
-        """A copy of what ``commit()`` would check and apply now."""
+        """A copy of what ``commit()`` would check and apply now (values as ``bytes``)."""
         with self._lock:
-            return ChangeSet(
-                cleared=list(self._cleared),
-                writes=dict(self._writes),
-                reads={key: list(seen) for key, seen in self._reads.items()},
-            )
+            changes = self._changes()
+            changes.writes = {key: _copied(value) for key, value in changes.writes.items()}
+            return changes
+
+    def _changes(self) -> ChangeSet:
+        """What the commit applies; its values are views valid until ``_end``."""
+        return ChangeSet(
+            cleared=list(self._cleared),
+            writes=dict(self._writes),
+            reads={key: list(seen) for key, seen in self._reads.items()},
+        )
 
     def commit(self) -> None:
         """Apply every change at once, or none (then raise).
@@ -251,8 +266,8 @@ class Transaction(Store):
         """
         with self._lock:
             self._check_open()
-            changes = self.changes()
-            self._end("failed")
+            changes = self._changes()
+            self._end("failed", keep_values=True)
         try:
             if changes.writes or changes.cleared:
                 self._store._commit_changes(changes)
@@ -269,6 +284,11 @@ class Transaction(Store):
                     f"{len(changes.cleared)} prefixes, {changes.nbytes} bytes) was committed"
                 )
             raise
+        finally:
+            # The backend has copied what it keeps: the memory goes back to
+            # the pool, and any view of it left anywhere is released.
+            changes.writes = {}
+            self._release_values()
         self._state = "committed"
 
     def rollback(self) -> None:
@@ -277,12 +297,20 @@ class Transaction(Store):
             self._check_open()
             self._end("rolled back")
 
-    def _end(self, state: str) -> None:
+    def _end(self, state: str, *, keep_values: bool = False) -> None:
+        """Mark the transaction ended; its values go too unless a commit still needs them."""
         self._state = state
         self._closed = True
         self._writes, self._cleared, self._reads = {}, [], {}
+        if not keep_values:
+            self._release_values()
         if self._thread is not None:
             self._store._unbind_transaction(self)
+
+    def _release_values(self) -> None:
+        with self._lock:
+            if self._arena is not None:
+                self._arena.release()
 
     def __enter__(self) -> Transaction:
         return self
@@ -344,7 +372,7 @@ class Transaction(Store):
     # ------------------------------------------------------------- reads
     def _get(self, key: str) -> bytes:
         with self._lock:
-            value = self._lookup(key)
+            value = _copied(self._lookup(key))  # the arena's memory is reused after the end
         if value is _IN_STORE:
             try:
                 value = self._store._get(key)
@@ -360,11 +388,11 @@ class Transaction(Store):
     def _stat(self, key: str) -> int | None:
         with self._lock:
             value = self._lookup(key)
-        if value is _IN_STORE:
-            size = self._store._stat(key)
-            self._observe(key, ("size", size))
-            return size
-        return None if value is None else len(value)  # type: ignore[arg-type]
+            if value is not _IN_STORE:  # measured under the lock: the end releases views
+                return None if value is None else len(value)  # type: ignore[arg-type]
+        size = self._store._stat(key)
+        self._observe(key, ("size", size))
+        return size
 
     def _contains(self, key: str) -> bool:
         return self._stat(key) is not None
@@ -399,7 +427,7 @@ class Transaction(Store):
                 if value is _IN_STORE:
                     ask.append(key)
                 elif value is not None:
-                    found[key] = value  # type: ignore[assignment]
+                    found[key] = _copied(value)  # type: ignore[arg-type]
         if ask:
             fetched = self._store._get_many(ask)
             for key in ask:
@@ -437,35 +465,66 @@ class Transaction(Store):
 
     # ------------------------------------------------------------- writes
     def _set(self, key: str, value: Buffer) -> None:
-        self._store._check_transaction_keys([key])
-        value = value if type(value) is bytes else bytes(value)  # the caller may reuse it
-        with self._lock:
-            self._writes[key] = value
+        self._set_many([(key, value)])
 
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
         self._store._check_transaction_keys([key for key, _ in items])
-        copied = {key: value if type(value) is bytes else bytes(value) for key, value in items}
         with self._lock:
-            self._writes.update(copied)
+            # Copied now (the caller may reuse its buffer), under the lock: a
+            # commit ending the transaction meanwhile gives the memory back.
+            self._check_open()
+            hold = self._hold
+            self._record((key, hold(value)) for key, value in items)
+
+    def _hold(self, value: Buffer) -> Buffer:
+        if self._arena is not None:
+            return self._arena.hold(value)
+        return value if type(value) is bytes else bytes(value)
 
     def _delete(self, key: str) -> None:
         self._store._check_transaction_keys([key])
         with self._lock:
             if self._stat(key) is None:
                 raise KeyError(key)
-            self._writes[key] = None
+            self._record([(key, None)])
 
     def _delete_many(self, keys: list[str]) -> None:
         # Deleting a missing key is a no-op at commit: no need to look first.
         self._store._check_transaction_keys(keys)
         with self._lock:
-            self._writes.update(dict.fromkeys(keys))
+            self._record((key, None) for key in keys)
+
+    def _record(self, entries: Iterable[tuple[str, Buffer | None]]) -> None:
+        """Put writes (None: a delete) in the overlay; called with the lock held.
+
+        A value replaced stays in the arena until the end: once replaced
+        values fill more than half of it, the live ones move to a new arena,
+        so a transaction rewriting one chunk many times holds one copy.
+        """
+        writes = self._writes
+        for key, value in entries:
+            old = writes.get(key)
+            if type(old) is memoryview:
+                self._replaced += len(old)
+            writes[key] = value
+        if self._arena is not None and self._replaced > max(BLOCK_BYTES, self._arena.held // 2):
+            self._compact()
+
+    def _compact(self) -> None:
+        old, fresh = self._arena, Arena()
+        assert old is not None
+        self._writes = {key: fresh.hold(value) if type(value) is memoryview else value
+                        for key, value in self._writes.items()}
+        self._arena, self._replaced = fresh, 0
+        old.release()
 
     def _rmdir(self, prefix: str) -> None:
         self._store._check_transaction_prefix(prefix)
         with self._lock:
             for key in [key for key in self._writes if key.startswith(prefix)]:
-                del self._writes[key]
+                old = self._writes.pop(key)
+                if type(old) is memoryview:
+                    self._replaced += len(old)
             if not any(prefix.startswith(cleared) for cleared in self._cleared):
                 self._cleared = [c for c in self._cleared if not c.startswith(prefix)]
                 self._cleared.append(prefix)
@@ -484,6 +543,11 @@ class Transaction(Store):
         self._store._check_transaction_prefix(src_prefix)
         with self._lock:
             super()._rename_prefix(src_prefix, dst_prefix)
+
+
+def _copied(value: Any) -> Any:
+    """``value`` as ``bytes`` if it is a view of the transaction's memory, else itself."""
+    return bytes(value) if type(value) is memoryview else value
 
 
 def children_names(keys: Iterable[str], prefix: str) -> set[str]:

@@ -68,6 +68,7 @@ class MemoryStore(Store):
     persistent = False
     supports_transactions = True
     supports_snapshots = True
+    _commit_copies_values = False  # a commit keeps the values: hold them as bytes
 
     def __init__(self, *, mode: Mode = "a") -> None:
         super().__init__(mode=mode)

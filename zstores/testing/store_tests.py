@@ -1060,6 +1060,28 @@ class StoreTests:
         assert self.listed(store) == {"a/x": b"12345", "a/new": b"abcdef", "b/w": b"w",
                                       "d/c": b"333"}
 
+    def test_transaction_keeps_its_own_copy_of_large_values(self, store: Store) -> None:
+        # Values of a KiB or more are held in reused memory until the commit
+        # (zstores._arena): the caller may change its buffer after each call,
+        # what a read returns must outlive the transaction, and a key
+        # rewritten many times must not pile up copies.
+        self.requires_transactions(store)
+        size = 300_000
+        buffer = bytearray(b"a" * size)
+        with store.transaction() as tx:
+            store["big/0"] = buffer
+            store.setitems({"big/1": memoryview(buffer)})
+            buffer[:] = b"b" * size
+            read = store["big/0"]
+            many = store.getitems(["big/0", "big/1"])
+            for round_ in range(40):
+                store["big/2"] = bytes([round_]) * size
+            assert set(map(type, [read, *many.values()])) == {bytes}
+            assert set(map(type, tx.changes().writes.values())) == {bytes}
+        assert read == many["big/0"] == many["big/1"] == b"a" * size
+        assert self.listed(store) == {"big/0": b"a" * size, "big/1": b"a" * size,
+                                      "big/2": bytes([39]) * size}
+
     def test_transaction_is_hidden_from_other_threads(self, store: Store) -> None:
         self.requires_transactions(store)
         store["k"] = b"old"

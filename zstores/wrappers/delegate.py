@@ -73,6 +73,7 @@ class WrapperStore(Store):
         self.blocking = store.blocking  # type: ignore[misc]
         self.supports_transactions = store.supports_transactions  # type: ignore[misc]
         self.supports_snapshots = store.supports_snapshots  # type: ignore[misc]
+        self._commit_copies_values = store._commit_copies_values
 
     def _wrapper_mode(self, store: Store, mode: str | None) -> str:
         if mode is None:
