@@ -7,6 +7,8 @@
   formats 2 and 3, both ways;
 - on GCS (fake-gcs-server), zarr-python 2.18's ``FSStore`` (gcsfs) and
   ``GCSStore`` (``via=fsspec``) read what the other wrote;
+- on Azure Blob (Azurite), zarr-python 2.18's ``ABSStore`` (azure-storage-blob)
+  and ``AzureStore`` read what the other wrote, with both dimension separators;
 - tensorstore's ``s3`` kvstore (endpoint override, credentials from the
   environment) reads arrays written through ``S3Store`` in formats 2 and 3.
 
@@ -22,18 +24,23 @@ from typing import Any
 import numpy as np
 import pytest
 
-from zstores.stores.objectstore import GCSStore, S3Store
+import zstores
+from zstores.stores.objectstore import AzureStore, GCSStore, S3Store
 
 from object_urls import (
+    AZURITE_KEY,
     S3_KEY_ID,
     S3_REGION,
     S3_SECRET,
+    azure_store_url,
     gcs_options,
+    new_azure_container,
     new_gcs_bucket,
     new_s3_bucket,
     s3_env,
     s3_options,
 )
+from servers import AZURITE_ACCOUNT
 
 pytest.importorskip("obstore")
 zarr = pytest.importorskip("zarr", minversion="3")
@@ -168,6 +175,65 @@ x = root["x"][...]
 result = [hashlib.sha256(np.ascontiguousarray(x, dtype="<i4").tobytes()).hexdigest(),
           dict(root.attrs), sorted(store.keys())]
 """, endpoint=gcs_endpoint, bucket=bucket, prefix="from-zstores")
+    assert seen[0] == digest(sample()) and seen[1] == {"source": "zstores"}
+    assert set(seen[2]) == written
+
+
+# ------------------------------------------------- zarr-python 2.18 on Azure Blob
+# ABSStore talks to Azure through azure-storage-blob: given a ContainerClient
+# made from a connection string, it reaches Azurite (zarr 2's own way to an
+# endpoint other than Azure's).
+ZARR2_ABS_STORAGE = """
+from azure.storage.blob import ContainerClient
+import zarr
+connection = (f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey={key};"
+              f"BlobEndpoint={endpoint}")
+client = ContainerClient.from_connection_string(connection, container_name=container)
+store = zarr.storage.ABSStore(prefix=prefix, client=client, dimension_separator=separator)
+"""
+
+
+def azure_ours(endpoint: str, container: str, prefix: str, mode: str = "a") -> AzureStore:
+    return zstores.open_store(azure_store_url(endpoint, container, prefix), mode=mode)
+
+
+@pytest.mark.parametrize("separator", [".", "/"])
+def test_zarr2_absstore_on_azurite_and_azurestore_read_each_other(
+        zarr2, azure_endpoint: str, separator: str) -> None:
+    container = new_azure_container(azure_endpoint)
+    where = {"endpoint": azure_endpoint, "account": AZURITE_ACCOUNT, "key": AZURITE_KEY,
+             "container": container, "separator": separator}
+    keys = zarr2.run(ZARR2_ABS_STORAGE + """
+import numpy as np, numcodecs
+root = zarr.group(store=store, overwrite=True)
+root.attrs["source"] = "zarr 2"
+data = (np.arange(shape[0] * shape[1], dtype="<i4").reshape(shape) * 7) % 1000 - 300
+x = root.create_dataset("x", shape=shape, chunks=chunks, dtype="<i4",
+                        compressor=numcodecs.Blosc("zstd", 3))
+x[...] = data
+result = sorted(store.keys())
+""", prefix="from-zarr2", shape=list(SHAPE), chunks=list(CHUNKS), **where)
+    assert ("x/2/2" if separator == "/" else "x/2.2") in keys
+    with azure_ours(azure_endpoint, container, "from-zarr2", mode="r") as store:
+        assert isinstance(store, AzureStore)
+        group = zarr.open_group(zarr_store(store), mode="r")
+        np.testing.assert_array_equal(group["x"][...], sample())
+        assert dict(group.attrs) == {"source": "zarr 2"} and set(store) == set(keys)
+
+    with azure_ours(azure_endpoint, container, "from-zstores", mode="w") as store:
+        group = zarr.open_group(zarr_store(store), mode="w", zarr_format=2)
+        group.attrs["source"] = "zstores"
+        x = group.create_array("x", shape=SHAPE, chunks=CHUNKS, dtype="<i4", fill_value=0,
+                               chunk_key_encoding={"name": "v2", "separator": separator})
+        x[...] = sample()
+        written = set(store)
+    seen = zarr2.run(ZARR2_ABS_STORAGE + """
+import hashlib, numpy as np
+root = zarr.open_group(store=store, mode="r")
+x = root["x"][...]
+result = [hashlib.sha256(np.ascontiguousarray(x, dtype="<i4").tobytes()).hexdigest(),
+          dict(root.attrs), sorted(store.keys())]
+""", prefix="from-zstores", **where)
     assert seen[0] == digest(sample()) and seen[1] == {"source": "zstores"}
     assert set(seen[2]) == written
 
