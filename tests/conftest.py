@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,21 @@ def missing_peer(reason: str) -> None:
     if REQUIRE_PEERS:
         pytest.fail(f"{reason} (ZSTORES_REQUIRE_PEERS=1 forbids skipping)")
     pytest.skip(reason)
+
+
+def require_module(name: str, minversion: str | None = None) -> Any:
+    """``pytest.importorskip(name)``, but a failure under ZSTORES_REQUIRE_PEERS=1.
+
+    For the libraries a peer test needs (obstore, s3fs, tensorstore ...): under
+    the test command a missing one fails the run instead of skipping its tests
+    unseen (at module level, as a collection error).
+    """
+    try:
+        return pytest.importorskip(name, minversion=minversion)
+    except pytest.skip.Exception as skipped:
+        if REQUIRE_PEERS:
+            pytest.fail(f"{skipped} (ZSTORES_REQUIRE_PEERS=1 forbids skipping)", pytrace=False)
+        raise
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,7 @@ from cli_helpers import (
     write_sample,
     zstores_cmd,
 )
+from conftest import require_module
 from object_urls import (
     AZURITE_KEY,
     GCS_TOKEN,
@@ -43,7 +44,7 @@ from object_urls import (
     s3_store_url,
 )
 
-pytest.importorskip("obstore")
+require_module("obstore")
 
 SAMPLE_KEYS = 23  # what write_sample writes: 5 metadata documents and 18 chunks
 SECRETS = (S3_SECRET, AZURITE_KEY, GCS_TOKEN)

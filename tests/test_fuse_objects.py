@@ -22,6 +22,7 @@ import pytest
 import zstores
 from zstores.adapters import zarr_store
 
+from conftest import require_module
 from fuse_helpers import ZFUSE, run_zfuse
 from object_urls import (
     AZURITE_KEY,
@@ -39,8 +40,8 @@ from test_fuse_cli import _daemon_pid
 
 pytestmark = pytest.mark.timeout(300)
 
-pytest.importorskip("obstore")
-zarr = pytest.importorskip("zarr", minversion="3")
+require_module("obstore")
+zarr = require_module("zarr", minversion="3")
 
 
 def _cmdline(pid: int) -> str:

@@ -32,13 +32,14 @@ from zstores.metadata import MetadataError
 from zstores.stores.objectstore import HTTPStore
 
 from cli_helpers import zstores_cmd
+from conftest import require_module
 from fuse_helpers import run_zfuse
 from test_fuse_cli import _daemon_pid
 
 pytestmark = pytest.mark.timeout(300)
 
-pytest.importorskip("obstore")
-zarr = pytest.importorskip("zarr", minversion="3")
+require_module("obstore")
+zarr = require_module("zarr", minversion="3")
 
 DENSE = (np.arange(37 * 45, dtype="<i4").reshape(37, 45) * 7) % 1000 - 300
 

@@ -27,6 +27,7 @@ import pytest
 import zstores
 from zstores.stores.objectstore import AzureStore, GCSStore, S3Store
 
+from conftest import require_module
 from object_urls import (
     AZURITE_KEY,
     S3_KEY_ID,
@@ -42,8 +43,8 @@ from object_urls import (
 )
 from servers import AZURITE_ACCOUNT
 
-pytest.importorskip("obstore")
-zarr = pytest.importorskip("zarr", minversion="3")
+require_module("obstore")
+zarr = require_module("zarr", minversion="3")
 from zstores.adapters import zarr_store  # noqa: E402 - needs zarr
 
 pytestmark = pytest.mark.timeout(300)
@@ -240,7 +241,7 @@ result = [hashlib.sha256(np.ascontiguousarray(x, dtype="<i4").tobytes()).hexdige
 
 # ------------------------------------------------------------- zarr-python 3
 def fsspec_store(s3_endpoint: str, bucket: str, prefix: str, read_only: bool = False) -> Any:
-    pytest.importorskip("s3fs")
+    require_module("s3fs")
     return zarr.storage.FsspecStore.from_url(
         f"s3://{bucket}/{prefix}", read_only=read_only,
         storage_options={"key": S3_KEY_ID, "secret": S3_SECRET, "asynchronous": True,
@@ -287,7 +288,7 @@ def test_zarr3_peer_stores_and_s3store_read_each_other(peer: str, zarr_format: i
 def test_tensorstore_s3_kvstore_reads_what_s3store_wrote(driver: str, zarr_format: int,
                                                          s3_endpoint: str, bucket: str,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    ts = pytest.importorskip("tensorstore")
+    ts = require_module("tensorstore")
     write_ours(s3_endpoint, bucket, "for-tensorstore", zarr_format)
     for name, value in s3_env(s3_endpoint).items():
         monkeypatch.setenv(name, value)  # tensorstore's credentials: AWS's variables

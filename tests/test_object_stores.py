@@ -39,7 +39,7 @@ from zstores.errors import (
 from zstores.stores.objectstore import AzureStore, GCSStore, HTTPStore, S3Store
 from zstores.testing import StoreTests
 
-from conftest import missing_peer
+from conftest import missing_peer, require_module
 from servers import (
     AZURITE_KEY,
     MotoS3Server,
@@ -50,7 +50,7 @@ from servers import (
     free_port,
 )
 
-pytest.importorskip("obstore")
+require_module("obstore")
 
 # Never let a client library look for cloud credentials on this machine's
 # network (instance metadata): every test passes its credentials explicitly.
@@ -185,7 +185,7 @@ class TestS3StoreViaFsspec(TestS3Store):
 @pytest.fixture
 def azure_container():
     url = endpoint("ZSTORES_TEST_AZURE_ENDPOINT")
-    blob = pytest.importorskip("azure.storage.blob")
+    blob = require_module("azure.storage.blob")
     service = blob.BlobServiceClient(url, credential={"account_name": AZURITE_ACCOUNT,
                                                       "account_key": AZURITE_KEY})
     container = unique_bucket()

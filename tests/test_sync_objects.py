@@ -25,10 +25,11 @@ from zstores import open_store
 from zstores.sync import RedisSynchronizer, synchronized
 
 import sync_workers as workers
+from conftest import require_module
 from object_urls import new_s3_bucket, s3_store_url
 
-pytest.importorskip("obstore")
-zarr = pytest.importorskip("zarr", minversion="3")
+require_module("obstore")
+zarr = require_module("zarr", minversion="3")
 from zstores.adapters import zarr_store  # noqa: E402 - needs zarr
 
 pytestmark = pytest.mark.timeout(600)
