@@ -24,6 +24,7 @@ from zstores.errors import (
     ReadOnlyError,
     StoreFullError,
     StoreIOError,
+    UnsupportedOperationError,
 )
 from zstores.stores import lmdb as lmdb_module
 from zstores.stores.lmdb import LMDBStore, _Gate
@@ -434,6 +435,61 @@ def test_snapshot_survives_map_growth_and_pins_the_map(tmp_path):
         assert view["a"] == b"before" and list(view) == ["a"]
     assert store["a"] == b"before" and "huge" not in store  # nothing of it committed
     store["huge"] = bytes(1 << 20)  # with the snapshot closed the map grows again
+    store.close()
+
+
+def _drop_inherited_snapshot(held: list, store: LMDBStore, how: str) -> None:
+    """In a forked child: use the inherited snapshot (refused), then drop it ``how``."""
+    import gc
+
+    view = held[0]
+    try:
+        view["a"]
+    except UnsupportedOperationError as error:
+        assert "forked" in str(error)
+    else:
+        os._exit(3)  # read through the parent's transaction
+    del view
+    if how == "close":
+        held[0].close()
+    elif how == "collect":
+        held.clear()
+        gc.collect()
+    else:  # "close everything": the snapshot and the store (the environment too)
+        held[0].close()
+        store.close()
+    if how != "close everything":
+        with pytest.raises(StoreFullError, match="forked from process"):
+            store._shared.adopt()  # a remap here would end the parent's transaction
+    os._exit(0)
+
+
+@pytest.mark.parametrize("how", ["close", "collect", "close everything"])
+def test_a_forked_child_dropping_a_snapshot_leaves_the_parents_intact(tmp_path, how):
+    """LMDB reader slots belong to the process that opened the environment.
+
+    A forked child that ended the snapshot's inherited read transaction (its
+    ``close()``, garbage collection, or closing the environment, which
+    clears every slot of that process) would free the parent's slot: the
+    writer would then reuse the pages the parent's snapshot still reads.
+    """
+    store = LMDBStore(tmp_path / "env")
+    old = {"a": b"1" * 100_000, "b": b"2" * 5000}
+    store.update(old)
+    held = [store.snapshot()]
+    child = multiprocessing.get_context("fork").Process(
+        target=_drop_inherited_snapshot, args=(held, store, how))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    for round_ in range(6):  # each commit frees pages the next may reuse
+        with store.transaction():
+            store["a"] = bytes([round_]) * 100_000
+            store["c"] = bytes(50_000)
+    view = held[0]
+    assert {key: view[key] for key in view} == old
+    assert store["a"] == bytes([5]) * 100_000
+    view.close()
     store.close()
 
 

@@ -261,6 +261,14 @@ class _SharedEnv:
         self.max_view_txns = 1
         # Its last store closed while views lived: the last view closes it.
         self.orphaned = False
+        # The process that opened it.  LMDB registers every reader slot under
+        # that process's id, so in a forked child closing the environment
+        # would clear the parent's slots, and a remap would end (free) the
+        # parent's read transactions the child inherited (see inherit()).
+        self.pid = os.getpid()
+        # Read transactions of the parent (snapshots, views) this child has
+        # parked instead of ending: never ended here, and no remap while any.
+        self.inherited = 0
         self.env = opener(readonly)
         self.readonly = readonly
         self.map_size = self.env.info()["map_size"]
@@ -296,7 +304,25 @@ class _SharedEnv:
             self.env.set_mapsize(0)
             self.map_size = self.env.info()["map_size"]
 
+    def inherit(self, txn: lmdb.Transaction) -> None:
+        """Park a read transaction this forked child inherited instead of ending it.
+
+        Ending it here (an abort, py-lmdb's end of every transaction at a
+        remap) would free the reader slot, which is the parent's: a writer
+        could then reuse the pages the parent's snapshot or views still read.
+        """
+        _INHERITED_TXNS.append(txn)
+        self.inherited += 1
+
     def _refuse_while_pinned(self, what: str) -> None:
+        if self.inherited:
+            raise StoreFullError(
+                f"LMDB environment {self.key}: cannot {what} in this process: it was forked "
+                f"from process {self.pid} while {self.inherited} read transaction(s) of that "
+                "process (snapshots, zero-copy views) were open, and resizing the map here "
+                "would end them and free the parent's reader slots; write from a process "
+                "started with 'spawn' or 'forkserver', or fork before taking snapshots"
+            )
         if self.viewers:
             self._wait_for_views()
         if self.pins:
@@ -371,6 +397,12 @@ class _SharedEnv:
         with self.gate.exclusive():
             if not self.readonly:
                 self.env.sync(True)
+            if os.getpid() != self.pid:
+                # A forked child: LMDB's close clears every reader slot of the
+                # opening process, i.e. the parent's live read transactions.
+                # The environment is left to the process's exit instead.
+                _INHERITED_ENVS.append(self.env)
+                return
             self.env.close()
 
 
@@ -448,7 +480,7 @@ class _ViewTxn:
         if os.getpid() != self.pid:
             # Inherited through fork: its reader slot is the parent's, which
             # an abort here would free under the parent's views.
-            _INHERITED_TXNS.append(txn)
+            shared.inherit(txn)
         else:
             txn.abort()
         shared.view_txns.discard(self)
@@ -457,8 +489,10 @@ class _ViewTxn:
             _close_orphan(shared)
 
 
-#: Read transactions of views a forked child inherited: never ended in the child.
+#: Read transactions (views, snapshots) a forked child inherited: never ended in the child.
 _INHERITED_TXNS: list[lmdb.Transaction] = []
+#: Environments a forked child inherited and its stores closed: never closed in the child.
+_INHERITED_ENVS: list[lmdb.Environment] = []
 
 
 def _large_maps_possible() -> bool:
@@ -1289,6 +1323,7 @@ class _LMDBSnapshot(LMDBStore):
             shared.refs += 1  # the environment stays open while the view lives
             self._shared = shared
         self._txn: lmdb.Transaction | None = None
+        self._pid = os.getpid()  # the read transaction's reader slot is this process's
         try:
             with store._translated(write=False):
                 shared.headroom_for_snapshot(store._data_file)
@@ -1319,6 +1354,8 @@ class _LMDBSnapshot(LMDBStore):
             raise ReadOnlyError(f"{self!r} is a snapshot: it cannot be written")
         if self._closed:
             self._check_open()
+        if os.getpid() != self._pid:
+            self._refuse_inherited()
         shared = self._shared
         assert shared is not None
         with self._lock:
@@ -1343,14 +1380,29 @@ class _LMDBSnapshot(LMDBStore):
     def _getviews(self, keys: list[str]) -> dict[str, Buffer]:
         return self._get_many(keys)
 
+    def _refuse_inherited(self) -> None:
+        raise UnsupportedOperationError(
+            f"{self!r} was taken in process {self._pid}: a forked process cannot read it "
+            "(its LMDB read transaction is the parent's, which may end it at any moment); "
+            "take a snapshot in this process"
+        )
+
     def _close(self) -> None:
         txn = getattr(self, "_txn", None)
         shared = self._shared
         if txn is not None and shared is not None:
-            with self._lock, shared.gate.shared():
-                txn.abort()
+            if os.getpid() != self._pid:
+                # Closed (or collected) in a forked child: the reader slot is
+                # the parent's, whose snapshot still reads through it.  No
+                # lock: a parent thread may have held it at the fork.
+                shared.inherit(txn)
                 self._txn = None
                 shared.pins -= 1
+            else:
+                with self._lock, shared.gate.shared():
+                    txn.abort()
+                    self._txn = None
+                    shared.pins -= 1  # inside the gate: no remap can be under way
         super()._close()
 
     def _snapshot(self) -> Store:
