@@ -349,12 +349,16 @@ def create_gcs_bucket(endpoint: str, bucket: str) -> None:
 
 def create_azure_container(endpoint: str, container: str) -> None:
     """Create ``container`` on Azurite (azure-storage-blob, signed with the dev account key)."""
+    from azure.core.exceptions import ResourceExistsError
     from azure.storage.blob import BlobServiceClient
 
     service = BlobServiceClient(endpoint, credential={"account_name": AZURITE_ACCOUNT,
                                                       "account_key": AZURITE_KEY})
     with service:
-        service.create_container(container)
+        try:
+            service.create_container(container)
+        except ResourceExistsError:
+            pass  # a retry after a slow answer (the name is new: the first try made it)
 
 
 @contextlib.contextmanager

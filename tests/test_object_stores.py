@@ -162,7 +162,7 @@ class TestS3Store(ObjectStoreTests):
 
     def open_store(self, location, mode="a"):
         return S3Store(f"{self.bucket}/{prefix_for(location)}", mode=mode, via=self.via,
-                       **s3_options(self.url))
+                       **s3_options(self.url), connect_timeout=EMULATOR_CONNECT_TIMEOUT)
 
     def raw_get(self, store, key):
         try:
@@ -196,6 +196,11 @@ def azure_container():
     service.close()
 
 
+#: The stores' reachability check at open (5 s by default) waits this long for
+#: an emulator: at a load average of 16, moto once took over 4 s to answer.
+EMULATOR_CONNECT_TIMEOUT = 30
+
+
 def azure_options(url: str) -> dict:
     return {"endpoint_url": url, "account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY}
 
@@ -210,7 +215,7 @@ class TestAzureStore(ObjectStoreTests):
 
     def open_store(self, location, mode="a"):
         return AzureStore(f"{self.container}/{prefix_for(location)}", mode=mode, via=self.via,
-                          **azure_options(self.url))
+                          **azure_options(self.url), connect_timeout=EMULATOR_CONNECT_TIMEOUT)
 
     def raw_get(self, store, key):
         from azure.core.exceptions import ResourceNotFoundError
@@ -283,7 +288,7 @@ class TestGCSStore(ObjectStoreTests):
 
     def open_store(self, location, mode="a"):
         return GCSStore(f"{self.bucket_name}/{prefix_for(location)}", mode=mode,
-                        **gcs_options(self.url))
+                        **gcs_options(self.url), connect_timeout=EMULATOR_CONNECT_TIMEOUT)
 
     def raw_get(self, store, key):
         from google.api_core.exceptions import NotFound
