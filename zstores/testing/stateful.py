@@ -36,7 +36,13 @@ keys = st.builds(
     st.lists(st.sampled_from(FOLDERS), min_size=0, max_size=3),
     st.sampled_from(LEAVES),
 )
-values = st.binary(max_size=40)
+#: Mostly small values, some of a few KiB: a transaction holds those in pooled
+#: memory (zstores._arena) rather than as bytes, a path of its own.
+values = st.one_of(
+    st.binary(max_size=40),
+    st.builds(lambda seed, times: seed * times, st.binary(min_size=1, max_size=3),
+              st.integers(400, 1500)),
+)
 
 
 def run_stateful_test(tests: StoreTests, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -54,13 +60,37 @@ def run_stateful_test(tests: StoreTests, tmp_path_factory: pytest.TempPathFactor
             # threads must see), and the transaction.
             self.committed: dict[str, bytes] | None = None
             self.tx: Any = None
+            # Open snapshots, each with the committed contents when it was taken.
+            self.snapshots: list[tuple[Any, dict[str, bytes]]] = []
 
         def teardown(self) -> None:
             store = getattr(self, "store", None)
             if store is not None:
+                for view, _ in self.snapshots:
+                    view.close()
                 if self.tx is not None and not self.tx.closed:
                     self.tx.rollback()
                 store.close()
+
+        @precondition(lambda self: hasattr(self, "store") and self.store.supports_snapshots
+                      and len(self.snapshots) < 2)
+        @rule()
+        def take_snapshot(self) -> None:
+            # Taken inside an open transaction too: it shows what is committed.
+            shown = self.committed if self.tx is not None else self.model
+            self.snapshots.append((self.store.snapshot(), dict(shown)))  # type: ignore[arg-type]
+
+        @precondition(lambda self: bool(getattr(self, "snapshots", None)))
+        @rule()
+        def close_snapshot(self) -> None:
+            view, _ = self.snapshots.pop(0)
+            view.close()
+
+        @invariant()
+        def snapshots_unchanged(self) -> None:
+            for view, shown in getattr(self, "snapshots", []):
+                assert {key: view[key] for key in view} == shown, (
+                    "a snapshot changed after it was taken")
 
         def transactions(self) -> bool:
             return hasattr(self, "store") and self.store.supports_transactions
