@@ -474,7 +474,7 @@ class Transaction(Store):
             # commit ending the transaction meanwhile gives the memory back.
             self._check_open()
             hold = self._hold
-            self._record((key, hold(value)) for key, value in items)
+            self._record([(key, hold(value)) for key, value in items])  # all held, or none
 
     def _hold(self, value: Buffer) -> Buffer:
         if self._arena is not None:
