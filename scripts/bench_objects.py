@@ -22,6 +22,12 @@ peer's (batches) and over the raw client's (single calls).
 
     ZSTORES_TEST_S3_ENDPOINT=http://127.0.0.1:PORT scripts/bench_objects.py [--record]
     scripts/bench_objects.py --smoke    # a few keys, one round: checks it runs
+
+A second table (``--part sequential``, or ``--part all``, the default) shows
+what a batch buys: N single ``store[key]`` gets one after the other against
+one ``getitems`` of the same N keys, on ``zstores.S3Store`` (1,000 values of
+4 KiB), in one process per round, the two orders alternating between rounds;
+wall clock and the process's CPU time (``time.process_time``, all threads).
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 KEY_ID, SECRET, REGION = "bench", "bench-secret", "us-east-1"
 SIZES = {"4 KiB": 4 << 10, "1 MiB": 1 << 20}
 BEGIN, END = "<!-- bench_objects:begin -->", "<!-- bench_objects:end -->"
+SEQUENTIAL_BEGIN = "<!-- bench_objects_sequential:begin -->"
+SEQUENTIAL_END = "<!-- bench_objects_sequential:end -->"
 
 
 # --------------------------------------------------------------- contenders
@@ -206,8 +214,37 @@ def measure(contender: Contender, size: int, keys: int, singles: int) -> dict[st
     return times
 
 
+def measure_sequential(store: Any, size: int, keys: int, batch_first: bool) -> dict[str, float]:
+    """N sequential gets against one getitems of the same N keys: wall and CPU seconds."""
+    value = os.urandom(size)
+    names = [f"s/{i:05d}" for i in range(keys)]
+    store.setitems({name: value for name in names})
+    assert store["s/00000"] == value  # connections set up, untimed
+
+    def sequential() -> dict[str, bytes]:
+        return {name: store[name] for name in names}
+
+    times: dict[str, float] = {}
+    runs = [("getitems", lambda: store.getitems(names)), ("sequential", sequential)]
+    for name, run in runs if batch_first else runs[::-1]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        got = run()
+        times[name] = time.perf_counter() - wall
+        times[name + " cpu"] = time.process_time() - cpu
+        assert len(got) == keys and all(v == value for v in got.values())
+    return times
+
+
 def run_worker(args: argparse.Namespace) -> None:
     """``--worker NAME``: one contender's measurements as JSON on stdout."""
+    if args.worker == "sequential":
+        contender = Zstores(args.endpoint, args.bucket, args.prefix)
+        try:
+            print(json.dumps(measure_sequential(contender.store, args.size, args.keys,
+                                                args.singles == 1)))
+        finally:
+            contender.close()
+        return
     make = Zarr2FSStore if args.worker == "zarr2-fsspec" else LOCAL[args.worker]
     contender = make(args.endpoint, args.bucket, args.prefix)
     try:
@@ -247,6 +284,45 @@ def empty_prefix(endpoint: str, bucket: str, prefix: str) -> None:
 
 
 # ----------------------------------------------------------------- reporting
+def sequential_table(results: dict[str, list[float]], keys: int) -> str:
+    """N sequential gets against one getitems: medians and the ratio (batch speed-up)."""
+    rows = [("| values | N sequential gets s | one getitems s | getitems speed-up "
+             "| sequential CPU s | getitems CPU s |"),
+            "|---|---:|---:|---:|---:|---:|"]
+    sequential, batch = median(results["sequential"]), median(results["getitems"])
+    rows.append(f"| {keys:,} x 4 KiB | {sequential:.2f} | {batch:.2f} | "
+                f"{sequential / batch:.1f}x | {median(results['sequential cpu']):.2f} | "
+                f"{median(results['getitems cpu']):.2f} |")
+    return "\n".join(rows)
+
+
+def run_sequential(args: argparse.Namespace, bucket: str) -> str:
+    """The sequential-gets table's section (rounds alternate which runs first)."""
+    load = load_average()
+    results: dict[str, list[float]] = {}
+    for round_number in range(args.rounds):
+        prefix = f"sequential/{round_number}"
+        # --singles carries the order to the worker: 1 = getitems first.
+        times = measure_in_process("sequential", sys.executable, args.endpoint, bucket, prefix,
+                                   SIZES["4 KiB"], args.keys, 1 if round_number % 2 else 0)
+        for name, seconds in times.items():
+            results.setdefault(name, []).append(seconds)
+        empty_prefix(args.endpoint, bucket, prefix)
+    end_load = load_average()
+    return (
+        "## Object storage: one getitems against sequential gets (scripts/bench_objects.py)\n\n"
+        f"zstores.S3Store on one moto S3 server on loopback, Python "
+        f"{platform.python_version()}, 2 cores shared with other jobs (load average "
+        f"{load:.1f} at the start, {end_load:.1f} at the end), {time.strftime('%Y-%m-%d')}.  "
+        f"{args.keys:,} values of 4 KiB read as {args.keys:,} single `store[key]` calls one "
+        "after the other, and as one `getitems` of the same keys (max_concurrency 64 requests "
+        "in flight); seconds of wall clock and of the process's CPU time (all threads), "
+        f"median of {args.rounds} rounds, each in a fresh process, the order alternating.  "
+        "moto, a Python server, bounds the speed-up: it is what a batch buys against this "
+        "server, not against S3's latency, where each sequential get waits a round trip.\n\n"
+        + sequential_table(results, args.keys) + "\n")
+
+
 def table(results: dict[tuple[str, str], dict[str, list[float]]], names: list[str],
           keys_of: dict[str, int], singles: int) -> str:
     rows = ["| values | operation | unit | " + " | ".join(names)
@@ -289,6 +365,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--record", action="store_true")
     parser.add_argument("--require-peers", action="store_true")
+    parser.add_argument("--part", choices=["all", "peers", "sequential"], default="all",
+                        help="the peers' table, the sequential-gets table, or both")
     for hidden in ("--worker", "--bucket", "--prefix"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
@@ -312,9 +390,16 @@ def main() -> None:
         except ImportError:
             peers[name] = False
     missing = missing_peers(peers, args.require_peers)
+    bucket = make_bucket(args.endpoint)
+    if args.part in ("all", "sequential"):
+        text = run_sequential(args, bucket)
+        print(text)
+        if args.record and not args.smoke:
+            record_section(SEQUENTIAL_BEGIN, SEQUENTIAL_END, text)
+    if args.part == "sequential":
+        return
     names = [name for name in CONTENDERS if name not in missing]
     keys_of = {"4 KiB": args.keys, "1 MiB": args.big_keys}
-    bucket = make_bucket(args.endpoint)
     load = load_average()
     results: dict[tuple[str, str], dict[str, list[float]]] = {}
     for round_number in range(args.rounds):

@@ -93,6 +93,7 @@ def test_bench_objects_smoke(s3_endpoint: str) -> None:
     out = run_smoke(sys.executable, "bench_objects.py", "--zarr2-python", zarr2,
                     env={"ZSTORES_TEST_S3_ENDPOINT": s3_endpoint})
     assert "| 20 x 4 KiB | getitems | values/s |" in out
+    assert "| values | N sequential gets s | one getitems s | getitems speed-up |" in out
     if REQUIRE_PEERS:
         assert "| zstores | zarr2-fsspec | zarr3-fsspec | zarr3-obstore | raw-obstore |" in out
 
