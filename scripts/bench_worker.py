@@ -12,8 +12,9 @@ next write may overwrite) or ``raw``
 (the backend's own library used directly: the anchor).  Prints one JSON object
 ``{operation: seconds}`` on stdout.  Operations: ``set`` and ``get`` (COUNT
 single-key calls), ``setitems`` and ``getitems`` (one batch call of COUNT
-keys), ``listdir`` (listing a prefix of COUNT keys).  VALUE_SIZE 1 selects the
-many-tiny-keys figure: only ``listdir``, on COUNT keys written beforehand;
+keys).  VALUE_SIZE 1 selects the
+many-tiny-keys figure: only ``listdir``, on COUNT keys written beforehand
+(once per WORKDIR; on a server they stay until ``remove_listing_data``);
 VALUE_SIZE 2 the nested array folder: only ``listdir`` of COUNT folders of 10
 chunk keys each (``m/i/j``, as zarr writes a 2-d array with "/" as the
 dimension separator); on ``memory`` also ``set + listdir`` (a new key
@@ -25,7 +26,7 @@ or database, removed afterwards.
 
 Each run makes passes, each on a fresh store of its own that is deleted
 afterwards (untimed, with the disk synced before the next): ``set``, ``get``,
-``setitems``, ``getitems``, ``listdir`` in that order, the writes once and
+``setitems``, ``getitems`` in that order, the writes once and
 each read again while its timings add up to less than ``READ_SECONDS`` (at
 most ``MAX_READ_REPEATS`` times).  It makes passes while they add up to less
 than ``PASS_SECONDS`` (at most ``MAX_PASSES``) and reports each operation's
@@ -66,7 +67,7 @@ WRITES = ("set", "setitems")
 #: VALUE_SIZE selecting the nested-array-folder listing: COUNT folders of
 #: NESTED_COLUMNS chunk keys each (``m/i/j``), listed as COUNT names.
 NESTED_FOLDER, NESTED_COLUMNS = 2, 10
-ORDER = ("set", "get", "setitems", "getitems", "listdir")
+ORDER = ("set", "get", "setitems", "getitems")
 
 
 def timed(function) -> float:
@@ -82,7 +83,6 @@ class Operations(NamedTuple):
     get: Callable[[], object]
     setitems: Callable[[], object]
     getitems: Callable[[], object]
-    listdir: Callable[[], object]
 
 
 def repeated(function) -> list[float]:
@@ -232,12 +232,20 @@ def listing_of_tiny_keys(impl: str, backend: str, path: str, keys: list[str]) ->
     if backend == "memory":
         return listing_in_memory(impl, keys)
     populated = Path(path + ".populated")
-    # bench_stores.py shares one filled store across runs; a server's data is
-    # removed after each run (main), so each run fills it again
-    if backend in NETWORK or not populated.exists():
+    # bench_stores.py shares one filled store across runs, a server's data
+    # too (filling a server with 100,000 keys takes longer than the listings):
+    # it removes that data after the last run (remove_listing_data)
+    if not populated.exists():
         with open_zstores(backend, path) as store:
             for start in range(0, len(keys), 10_000):
-                store.setitems({f"m/{key}": b"x" for key in keys[start:start + 10_000]})
+                batch = keys[start:start + 10_000]
+                if backend == "mongodb":
+                    # The store's own documents, inserted at once: the test server
+                    # takes minutes to upsert 100,000 keys one by one, as setitems does.
+                    store.collection.insert_many(
+                        [{"key": f"m/{key}", "value": b"x", "size": 1} for key in batch])
+                else:
+                    store.setitems({f"m/{key}": b"x" for key in batch})
         populated.touch()
     names = len({key.split("/", 1)[0] for key in keys})
     if impl == "raw":
@@ -251,6 +259,17 @@ def listing_of_tiny_keys(impl: str, backend: str, path: str, keys: list[str]) ->
     with contextlib.suppress(AttributeError):
         store.close()
     return {"listdir": seconds}
+
+
+def listing_path(workdir: str, backend: str) -> str:
+    """Where the listings' store of ``backend`` lives (a server's: its namespace's name)."""
+    return str(Path(workdir) / f"tiny-{backend}")
+
+
+def remove_listing_data(workdir: str, backend: str) -> None:
+    """Remove the listings' data of a network ``backend`` (a file store goes with ``workdir``)."""
+    if backend in NETWORK:
+        remove_network_data(backend, listing_path(workdir, backend))
 
 
 def children(found: list) -> list:
@@ -322,7 +341,7 @@ def store_operations(store, keys: list[str], value: bytes, impl: str):
             for key in batch:
                 store[key]
 
-    yield Operations(set_each, get_each, setitems, getitems, lambda: store.listdir("m"))
+    yield Operations(set_each, get_each, setitems, getitems)
     with contextlib.suppress(AttributeError):
         store.close()
 
@@ -354,7 +373,6 @@ def raw_directory(path: str, keys: list[str], value: bytes) -> Iterator[Operatio
         get=lambda: read("s"),
         setitems=lambda: write("m"),
         getitems=lambda: read("m", {}),  # keeps every value, as getitems does
-        listdir=lambda: sorted(os.listdir(root / "m")),
     )
 
 
@@ -385,17 +403,11 @@ def raw_lmdb(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
         with env.begin() as txn:
             return {name: txn.get(name) for name in names}
 
-    def listdir():
-        with env.begin() as txn, txn.cursor() as cursor:
-            cursor.set_range(b"m/")
-            return [k for k in cursor.iternext(values=False) if k.startswith(b"m/")]
-
     yield Operations(
         set=lambda: put_each(single),
         get=lambda: get_each(single),
         setitems=lambda: put_all(batch),
         getitems=lambda: get_all(batch),
-        listdir=listdir,
     )
     env.close()
 
@@ -430,8 +442,6 @@ def raw_sqlite(path: str, keys: list[str], value: bytes) -> Iterator[Operations]
         get=get_each,
         setitems=put_all,
         getitems=get_all,
-        listdir=lambda: db.execute(
-            "SELECT k FROM zarr WHERE k >= 'm/' AND k < 'm0' ORDER BY k").fetchall(),
     )
     db.close()
 
@@ -455,7 +465,6 @@ def raw_zip(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
         get=lambda: read("s"),
         setitems=lambda: write("m"),
         getitems=lambda: read("m", {}),  # keeps every value, as getitems does
-        listdir=lambda: sorted(n for n in archive.namelist() if n.startswith("m/")),
     )
     archive.close()
 
@@ -481,7 +490,6 @@ def raw_dbm(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
             get=lambda: read("s"),
             setitems=lambda: write("m"),
             getitems=lambda: read("m", {}),  # keeps every value, as getitems does
-            listdir=lambda: sorted(k for k in db.keys() if k.startswith(b"m/")),
         )
 
 
@@ -504,7 +512,6 @@ def raw_memory(path: str, keys: list[str], value: bytes) -> Iterator[Operations]
         get=lambda: read("s"),
         setitems=lambda: write("m"),
         getitems=lambda: read("m", {}),  # keeps every value, as getitems does
-        listdir=lambda: sorted(k for k in data if k.startswith("m/")),
     )
 
 
@@ -530,7 +537,6 @@ def raw_redis(path: str, keys: list[str], value: bytes) -> Iterator[Operations]:
         get=get_each,
         setitems=lambda: client.mset(dict.fromkeys(batch, value)),
         getitems=lambda: client.mget(batch),
-        listdir=lambda: sorted(client.scan_iter(match=f"{base}m/*", count=1000)),
     )
     client.close()
 
@@ -562,16 +568,11 @@ def raw_mongodb(path: str, keys: list[str], value: bytes) -> Iterator[Operations
         list(collection.find({"key": {"$in": batch}}, {"_id": 0, "key": 1, "value": 1},
                              batch_size=len(batch)))
 
-    def listdir():
-        return sorted(doc["key"] for doc in collection.find(
-            {"key": {"$regex": "^m/"}}, {"_id": 0, "key": 1}))
-
     yield Operations(
         set=set_each,
         get=get_each,
         setitems=set_all,
         getitems=get_all,
-        listdir=listdir,
     )
     client.close()
 
@@ -767,12 +768,7 @@ def main(argv: list[str]) -> None:
         keys = [chunk.format(i) for i in range(int(count))]
     value = os.urandom(int(size))
     if int(size) in (1, NESTED_FOLDER):
-        path = str(Path(workdir) / f"tiny-{backend}")
-        try:
-            results = listing_of_tiny_keys(impl, backend, path, keys)
-        finally:
-            if backend in NETWORK:
-                remove_network_data(backend, path)
+        results = listing_of_tiny_keys(impl, backend, listing_path(workdir, backend), keys)
     else:
         results = measure(opener(impl, backend, keys, value), workdir, f"{impl}-{backend}")
     print(json.dumps(results))

@@ -68,6 +68,14 @@ def test_bench_stores_smoke(redis_url: str, mongodb_url: str) -> None:
     for backend in ("memory", "directory", "nested", "zip", "dbm", "lmdb", "sqlite", "redis",
                     "mongodb"):
         assert f"| {backend} | tiny, nested folder | listdir | 20 |" in out, backend
+    assert "| 64 KiB | listdir |" not in out  # the listings rows measure it
+    # The listings' data, filled once for every run, is gone from the servers.
+    import pymongo
+    import redis
+
+    assert not list(redis.Redis.from_url(redis_url).scan_iter(match="bench_*"))
+    assert not [name for name in pymongo.MongoClient(mongodb_url).list_database_names()
+                if name.startswith("bench_")]
 
 
 def test_bench_sync_smoke(redis_url: str) -> None:
