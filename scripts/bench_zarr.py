@@ -574,7 +574,12 @@ def table(medians: dict[tuple[str, str], float], args: argparse.Namespace, load:
         "crash or power loss, but the last commits may roll back on power loss)"
         + ("; \"SQLite FULL\" is ours with `synchronous=FULL`, the same promise as zarr-sqlite's"
            if "SQLite FULL" in args.impls else
-           "; a `synchronous=` option to match it is not there yet"))
+           "; a `synchronous=` option to match it is not there yet")
+        + ".  The others: LocalStore and our Directory write each chunk to a temporary file "
+        "and rename it, with no fsync (Directory's `fsync=True` adds one per key and folder); "
+        "our LMDB commits without a flush (`sync=False`, zarr-python 2's setting) and flushes "
+        "the file once at `close()`, inside the write timing (an `fdatasync` of the whole "
+        "array, measured at 0.08-0.11 s for 128 MiB here)")
     lines = [
         "## zarr-python 3 through zarr_store, and its peers",
         "",
