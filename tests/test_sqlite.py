@@ -264,7 +264,7 @@ def test_synchronous_full_fsyncs_every_commit_and_normal_does_not(tmp_path):
 
 
 def test_values_around_the_blob_read_size_read_back_whole(tmp_path):
-    # Values above 1 MiB are read through a blob handle, the rest by SELECT.
+    # Values above 256 KiB are read through a blob handle, the rest by SELECT.
     limit = sqlite_module._BLOB_READ_ABOVE
     values = {f"v/{size}": bytes([size % 251]) * size
               for size in (0, 1, limit - 1, limit, limit + 1, 3 * limit + 7)}

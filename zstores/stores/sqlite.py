@@ -43,12 +43,17 @@ _BATCH = 500
 
 # Values above this size are read with incremental blob I/O instead of a
 # SELECT of the column.  A SELECT makes SQLite assemble the value in a buffer
-# of its own, which the driver then copies into the bytes returned: for
-# multi-MiB values each get allocates (and faults in) two fresh buffers, and
-# measured 4 MiB reads ran at 116 MiB/s against 628 MiB/s through a blob
-# handle, which reads the pages straight into the bytes returned.  Up to
-# 1 MiB the two ways ran even (16 KiB: the SELECT twice as fast).
-_BLOB_READ_ABOVE = 1 << 20
+# of its own, which the driver then copies into the bytes returned: each get
+# allocates (and faults in) two fresh buffers.  Measured (CPU time per get of
+# a warm value, one key after another, SQLite 3.40): 4 MiB 116 MiB/s against
+# 628 MiB/s through a blob handle, which reads the pages straight into the
+# bytes returned; and a cliff between 400 KiB (180 against 166 us) and
+# 512 KiB (807 against 201 us; 768 KiB 1,418 against 320 us), where the
+# SELECT's buffers leave the heap for fresh mappings.  From 128 KiB to
+# 400 KiB the blob handle was even or 3-8% ahead; at 64 KiB even, at 16 KiB
+# the SELECT twice as fast.  zarr's 1 MiB zstd chunks (~530 KiB stored)
+# read one by one cost 735 us of CPU each by SELECT, 148 us by blob handle.
+_BLOB_READ_ABOVE = 256 << 10
 
 # Room left in SQLite's length limit for the key and the row header.
 _ROW_OVERHEAD = 1 << 16
