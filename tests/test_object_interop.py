@@ -69,34 +69,46 @@ def ours(s3_endpoint: str, bucket: str, prefix: str, mode: str = "a") -> S3Store
     return S3Store(f"{bucket}/{prefix}", mode=mode, **s3_options(s3_endpoint))
 
 
+def write_group(store: Any, zarr_format: int, separator: str = ".") -> set[str]:
+    """A group with an attribute and array ``x`` (blosc or zstd) in ``store``; its keys."""
+    group = zarr.open_group(zarr_store(store), mode="w", zarr_format=zarr_format)
+    group.attrs["source"] = "zstores"
+    encoding = {"name": "v2", "separator": separator} if zarr_format == 2 else None
+    x = group.create_array("x", shape=SHAPE, chunks=CHUNKS, dtype="<i4", fill_value=0,
+                           chunk_key_encoding=encoding)
+    x[...] = sample()
+    return set(store)
+
+
+def read_group(store: Any) -> tuple[np.ndarray, dict, set]:
+    """Array ``x``, the attributes and the keys of the group in ``store``."""
+    group = zarr.open_group(zarr_store(store), mode="r")
+    return group["x"][...], dict(group.attrs), set(store)
+
+
+def assert_written_by_zarr2(store: Any, keys: list[str]) -> None:
+    """``store`` holds what ZARR2_WRITES wrote, every key of it and no other."""
+    data, attrs, listed = read_group(store)
+    np.testing.assert_array_equal(data, sample())
+    assert attrs == {"source": "zarr 2"} and listed == set(keys)
+
+
 def write_ours(s3_endpoint: str, bucket: str, prefix: str, zarr_format: int) -> None:
-    """A group with an attribute and array ``x`` (blosc or zstd), through S3Store."""
+    """``write_group`` through S3Store."""
     with ours(s3_endpoint, bucket, prefix, mode="w") as store:
-        group = zarr.open_group(zarr_store(store), mode="w", zarr_format=zarr_format)
-        group.attrs["source"] = "zstores"
-        x = group.create_array("x", shape=SHAPE, chunks=CHUNKS, dtype="<i4", fill_value=0)
-        x[...] = sample()
+        write_group(store, zarr_format)
 
 
 def read_ours(s3_endpoint: str, bucket: str, prefix: str) -> tuple[np.ndarray, dict, set]:
     with ours(s3_endpoint, bucket, prefix, mode="r") as store:
-        group = zarr.open_group(zarr_store(store), mode="r")
-        return group["x"][...], dict(group.attrs), set(store)
+        return read_group(store)
 
 
 # ------------------------------------------------------------ zarr-python 2.18
-ZARR2_STORAGE = """
-import s3fs, zarr
-storage = dict(key=key, secret=secret, client_kwargs=dict(endpoint_url=endpoint,
-                                                           region_name=region))
-store = zarr.storage.FSStore(f"s3://{bucket}/{prefix}", **storage)
-"""
-
-
-@pytest.mark.parametrize("separator", [".", "/"])
-def test_zarr2_fsstore_writes_and_s3store_reads(zarr2, s3_endpoint: str, bucket: str,
-                                                separator: str) -> None:
-    keys = zarr2.run(ZARR2_STORAGE + """
+# What zarr-python 2.18 runs after one of the *_STORAGE scripts made ``store``:
+# writing the group of ``sample()`` (returns the keys), and reading one back
+# (returns the array's digest, the attributes and the keys).
+ZARR2_WRITES = """
 import numpy as np, numcodecs
 root = zarr.group(store=store, overwrite=True)
 root.attrs["source"] = "zarr 2"
@@ -105,25 +117,43 @@ x = root.create_dataset("x", shape=shape, chunks=chunks, dtype="<i4",
                         compressor=numcodecs.Blosc("zstd", 3), dimension_separator=separator)
 x[...] = data
 result = sorted(store.keys())
-""", key=S3_KEY_ID, secret=S3_SECRET, endpoint=s3_endpoint, region=S3_REGION, bucket=bucket,
-        prefix="from-zarr2", shape=list(SHAPE), chunks=list(CHUNKS), separator=separator)
-    data, attrs, listed = read_ours(s3_endpoint, bucket, "from-zarr2")
-    np.testing.assert_array_equal(data, sample())
-    assert attrs == {"source": "zarr 2"}
-    assert listed == set(keys)
-    assert "x/2/2" in listed if separator == "/" else "x/2.2" in listed
-
-
-def test_s3store_writes_and_zarr2_fsstore_reads(zarr2, s3_endpoint: str, bucket: str) -> None:
-    write_ours(s3_endpoint, bucket, "from-zstores", zarr_format=2)
-    seen = zarr2.run(ZARR2_STORAGE + """
+"""
+ZARR2_READS = """
 import hashlib, numpy as np
 root = zarr.open_group(store=store, mode="r")
 x = root["x"][...]
 result = [hashlib.sha256(np.ascontiguousarray(x, dtype="<i4").tobytes()).hexdigest(),
           dict(root.attrs), sorted(store.keys())]
-""", key=S3_KEY_ID, secret=S3_SECRET, endpoint=s3_endpoint, region=S3_REGION, bucket=bucket,
-        prefix="from-zstores")
+"""
+ZARR2_STORAGE = """
+import s3fs, zarr
+storage = dict(key=key, secret=secret, client_kwargs=dict(endpoint_url=endpoint,
+                                                           region_name=region))
+store = zarr.storage.FSStore(f"s3://{bucket}/{prefix}", **storage)
+"""
+
+
+def s3_where(s3_endpoint: str, bucket: str) -> dict[str, str]:
+    """What ZARR2_STORAGE needs to reach ``bucket`` on the S3 emulator."""
+    return {"key": S3_KEY_ID, "secret": S3_SECRET, "endpoint": s3_endpoint,
+            "region": S3_REGION, "bucket": bucket}
+
+
+@pytest.mark.parametrize("separator", [".", "/"])
+def test_zarr2_fsstore_writes_and_s3store_reads(zarr2, s3_endpoint: str, bucket: str,
+                                                separator: str) -> None:
+    keys = zarr2.run(ZARR2_STORAGE + ZARR2_WRITES, **s3_where(s3_endpoint, bucket),
+                     prefix="from-zarr2", shape=list(SHAPE), chunks=list(CHUNKS),
+                     separator=separator)
+    assert ("x/2/2" if separator == "/" else "x/2.2") in keys
+    with ours(s3_endpoint, bucket, "from-zarr2", mode="r") as store:
+        assert_written_by_zarr2(store, keys)
+
+
+def test_s3store_writes_and_zarr2_fsstore_reads(zarr2, s3_endpoint: str, bucket: str) -> None:
+    write_ours(s3_endpoint, bucket, "from-zstores", zarr_format=2)
+    seen = zarr2.run(ZARR2_STORAGE + ZARR2_READS, **s3_where(s3_endpoint, bucket),
+                     prefix="from-zstores")
     assert seen[0] == digest(sample()) and seen[1] == {"source": "zstores"}
     with ours(s3_endpoint, bucket, "from-zstores", mode="r") as store:
         assert set(seen[2]) == set(store)
@@ -147,35 +177,14 @@ def gcs_ours(endpoint: str, bucket: str, prefix: str, mode: str = "a") -> GCSSto
 
 def test_zarr2_fsstore_on_gcs_and_gcsstore_read_each_other(zarr2, gcs_endpoint: str) -> None:
     bucket = new_gcs_bucket(gcs_endpoint)
-    keys = zarr2.run(ZARR2_GCS_STORAGE + """
-import numpy as np, numcodecs
-root = zarr.group(store=store, overwrite=True)
-root.attrs["source"] = "zarr 2"
-data = (np.arange(shape[0] * shape[1], dtype="<i4").reshape(shape) * 7) % 1000 - 300
-x = root.create_dataset("x", shape=shape, chunks=chunks, dtype="<i4",
-                        compressor=numcodecs.Blosc("zstd", 3))
-x[...] = data
-result = sorted(store.keys())
-""", endpoint=gcs_endpoint, bucket=bucket, prefix="from-zarr2", shape=list(SHAPE),
-        chunks=list(CHUNKS))
+    keys = zarr2.run(ZARR2_GCS_STORAGE + ZARR2_WRITES, endpoint=gcs_endpoint, bucket=bucket,
+                     prefix="from-zarr2", shape=list(SHAPE), chunks=list(CHUNKS), separator=".")
     with gcs_ours(gcs_endpoint, bucket, "from-zarr2", mode="r") as store:
-        group = zarr.open_group(zarr_store(store), mode="r")
-        np.testing.assert_array_equal(group["x"][...], sample())
-        assert dict(group.attrs) == {"source": "zarr 2"} and set(store) == set(keys)
-
+        assert_written_by_zarr2(store, keys)
     with gcs_ours(gcs_endpoint, bucket, "from-zstores", mode="w") as store:
-        group = zarr.open_group(zarr_store(store), mode="w", zarr_format=2)
-        group.attrs["source"] = "zstores"
-        x = group.create_array("x", shape=SHAPE, chunks=CHUNKS, dtype="<i4", fill_value=0)
-        x[...] = sample()
-        written = set(store)
-    seen = zarr2.run(ZARR2_GCS_STORAGE + """
-import hashlib, numpy as np
-root = zarr.open_group(store=store, mode="r")
-x = root["x"][...]
-result = [hashlib.sha256(np.ascontiguousarray(x, dtype="<i4").tobytes()).hexdigest(),
-          dict(root.attrs), sorted(store.keys())]
-""", endpoint=gcs_endpoint, bucket=bucket, prefix="from-zstores")
+        written = write_group(store, zarr_format=2)
+    seen = zarr2.run(ZARR2_GCS_STORAGE + ZARR2_READS, endpoint=gcs_endpoint, bucket=bucket,
+                     prefix="from-zstores")
     assert seen[0] == digest(sample()) and seen[1] == {"source": "zstores"}
     assert set(seen[2]) == written
 
@@ -204,37 +213,15 @@ def test_zarr2_absstore_on_azurite_and_azurestore_read_each_other(
     container = new_azure_container(azure_endpoint)
     where = {"endpoint": azure_endpoint, "account": AZURITE_ACCOUNT, "key": AZURITE_KEY,
              "container": container, "separator": separator}
-    keys = zarr2.run(ZARR2_ABS_STORAGE + """
-import numpy as np, numcodecs
-root = zarr.group(store=store, overwrite=True)
-root.attrs["source"] = "zarr 2"
-data = (np.arange(shape[0] * shape[1], dtype="<i4").reshape(shape) * 7) % 1000 - 300
-x = root.create_dataset("x", shape=shape, chunks=chunks, dtype="<i4",
-                        compressor=numcodecs.Blosc("zstd", 3))
-x[...] = data
-result = sorted(store.keys())
-""", prefix="from-zarr2", shape=list(SHAPE), chunks=list(CHUNKS), **where)
+    keys = zarr2.run(ZARR2_ABS_STORAGE + ZARR2_WRITES, prefix="from-zarr2", shape=list(SHAPE),
+                     chunks=list(CHUNKS), **where)
     assert ("x/2/2" if separator == "/" else "x/2.2") in keys
     with azure_ours(azure_endpoint, container, "from-zarr2", mode="r") as store:
         assert isinstance(store, AzureStore)
-        group = zarr.open_group(zarr_store(store), mode="r")
-        np.testing.assert_array_equal(group["x"][...], sample())
-        assert dict(group.attrs) == {"source": "zarr 2"} and set(store) == set(keys)
-
+        assert_written_by_zarr2(store, keys)
     with azure_ours(azure_endpoint, container, "from-zstores", mode="w") as store:
-        group = zarr.open_group(zarr_store(store), mode="w", zarr_format=2)
-        group.attrs["source"] = "zstores"
-        x = group.create_array("x", shape=SHAPE, chunks=CHUNKS, dtype="<i4", fill_value=0,
-                               chunk_key_encoding={"name": "v2", "separator": separator})
-        x[...] = sample()
-        written = set(store)
-    seen = zarr2.run(ZARR2_ABS_STORAGE + """
-import hashlib, numpy as np
-root = zarr.open_group(store=store, mode="r")
-x = root["x"][...]
-result = [hashlib.sha256(np.ascontiguousarray(x, dtype="<i4").tobytes()).hexdigest(),
-          dict(root.attrs), sorted(store.keys())]
-""", prefix="from-zstores", **where)
+        written = write_group(store, zarr_format=2, separator=separator)
+    seen = zarr2.run(ZARR2_ABS_STORAGE + ZARR2_READS, prefix="from-zstores", **where)
     assert seen[0] == digest(sample()) and seen[1] == {"source": "zstores"}
     assert set(seen[2]) == written
 
