@@ -94,9 +94,15 @@ def boto3_client(url: str):
         aws_secret_access_key=S3_SECRET, region_name="us-east-1")
 
 
-def s3_options(url: str) -> dict:
+#: The stores' reachability check at open (5 s by default) waits this long for
+#: an emulator: at a load average of 16 moto once took over 4 s to answer, and
+#: at load 2 an Azurite error's SDK retry (backing off) took over 5 s.
+EMULATOR_CONNECT_TIMEOUT = 30
+
+
+def s3_options(url: str, connect_timeout: float = EMULATOR_CONNECT_TIMEOUT) -> dict:
     return {"endpoint_url": url, "access_key_id": S3_KEY_ID, "secret_access_key": S3_SECRET,
-            "region": "us-east-1"}
+            "region": "us-east-1", "connect_timeout": connect_timeout}
 
 
 def s3_url(bucket: str, prefix: str, url: str, **extra: str) -> str:
@@ -162,7 +168,7 @@ class TestS3Store(ObjectStoreTests):
 
     def open_store(self, location, mode="a"):
         return S3Store(f"{self.bucket}/{prefix_for(location)}", mode=mode, via=self.via,
-                       **s3_options(self.url), connect_timeout=EMULATOR_CONNECT_TIMEOUT)
+                       **s3_options(self.url))
 
     def raw_get(self, store, key):
         try:
@@ -196,13 +202,9 @@ def azure_container():
     service.close()
 
 
-#: The stores' reachability check at open (5 s by default) waits this long for
-#: an emulator: at a load average of 16, moto once took over 4 s to answer.
-EMULATOR_CONNECT_TIMEOUT = 30
-
-
-def azure_options(url: str) -> dict:
-    return {"endpoint_url": url, "account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY}
+def azure_options(url: str, connect_timeout: float = EMULATOR_CONNECT_TIMEOUT) -> dict:
+    return {"endpoint_url": url, "account_name": AZURITE_ACCOUNT, "account_key": AZURITE_KEY,
+            "connect_timeout": connect_timeout}
 
 
 class TestAzureStore(ObjectStoreTests):
@@ -215,7 +217,7 @@ class TestAzureStore(ObjectStoreTests):
 
     def open_store(self, location, mode="a"):
         return AzureStore(f"{self.container}/{prefix_for(location)}", mode=mode, via=self.via,
-                          **azure_options(self.url), connect_timeout=EMULATOR_CONNECT_TIMEOUT)
+                          **azure_options(self.url))
 
     def raw_get(self, store, key):
         from azure.core.exceptions import ResourceNotFoundError
@@ -453,8 +455,8 @@ def test_engines_report_a_dead_endpoint_alike(via):
                 access_key_id=S3_KEY_ID, secret_access_key=S3_SECRET, connect_timeout=2)
     assert S3_SECRET not in chain_text(info.value)
     with pytest.raises(StoreConnectionError, match="AzureStore az://c/p .*within 2 s"):
-        AzureStore("c/p", via=via, connect_timeout=2,
-                   **azure_options(f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"))
+        AzureStore("c/p", via=via,
+                   **azure_options(f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}", connect_timeout=2))
     assert time.monotonic() - start < 30
 
 
