@@ -503,12 +503,15 @@ class Transaction(Store):
         """
         writes = self._writes
         for key, value in entries:
-            old = writes.get(key)
-            if type(old) is memoryview:
-                self._replaced += len(old)
+            self._count_replaced(writes.get(key))
             writes[key] = value
         if self._arena is not None and self._replaced > max(BLOCK_BYTES, self._arena.held // 2):
             self._compact()
+
+    def _count_replaced(self, old: Buffer | None) -> None:
+        """Count a value leaving the overlay that still takes room in the arena."""
+        if type(old) is memoryview:
+            self._replaced += len(old)
 
     def _compact(self) -> None:
         old, fresh = self._arena, Arena()
@@ -522,9 +525,7 @@ class Transaction(Store):
         self._store._check_transaction_prefix(prefix)
         with self._lock:
             for key in [key for key in self._writes if key.startswith(prefix)]:
-                old = self._writes.pop(key)
-                if type(old) is memoryview:
-                    self._replaced += len(old)
+                self._count_replaced(self._writes.pop(key))
             if not any(prefix.startswith(cleared) for cleared in self._cleared):
                 self._cleared = [c for c in self._cleared if not c.startswith(prefix)]
                 self._cleared.append(prefix)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..base import Buffer, Mode, Store, _range_stop
 from ..errors import TransactionError
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from ..transactions import ChangeSet
 
 __all__ = ["LRUStoreCache"]
+
+_T = TypeVar("_T")
 
 
 class LRUStoreCache(WrapperStore):
@@ -433,15 +435,15 @@ class LRUStoreCache(WrapperStore):
     def _delete_many(self, keys: list[str]) -> None:
         self._write(dict.fromkeys(keys), lambda: self._store.delitems(keys))
 
-    def _bulk(self, matches: Callable[[str], bool], call: Callable[[], None]) -> None:
-        """Run a prefix operation, dropping what it may touch before and after."""
+    def _bulk(self, matches: Callable[[str], bool], call: Callable[[], _T]) -> _T:
+        """Run a prefix operation, dropping what it may touch before and after; its result."""
         self._refuse_inner_transaction()
         with self._lock:
             self._bulk_in_flight += 1
             self._drop_values(matches)
             self._drop_listings()
         try:
-            call()
+            return call()
         finally:
             with self._lock:
                 self._bulk_in_flight -= 1
@@ -461,10 +463,8 @@ class LRUStoreCache(WrapperStore):
 
     def _remove_empty_folder(self, prefix: str) -> bool:
         # No value can change, but cached listings may name the folder.
-        outcome: list[bool] = []
-        self._bulk(lambda key: False,
-                   lambda: outcome.append(WrapperStore._remove_empty_folder(self, prefix)))
-        return outcome[0]
+        return self._bulk(lambda key: False,
+                          lambda: WrapperStore._remove_empty_folder(self, prefix))
 
     def _rename(self, src: str, dst: str) -> None:
         def touched(key: str) -> bool:
