@@ -16,7 +16,7 @@ from zstores.stores.lmdb import LMDBStore
 from zstores.stores.memory import MemoryStore
 from zstores.stores.sqlite import SQLiteStore
 from zstores.stores.zip import ZipStore
-from zstores.urls import SCHEMES, StoreURLError, open_store, redact_url
+from zstores.urls import SCHEMES, StoreURLError, is_read_only_url, open_store, redact_url
 
 from servers import free_port, silent_server
 
@@ -47,6 +47,29 @@ def test_each_scheme_opens_its_store_at_the_absolute_path(tmp_path, url, cls, lo
     store.close()
     with open_store(url.format(root=tmp_path), mode="r") as again:
         assert again["a/b"] == b"value"
+
+
+@pytest.mark.parametrize("url, expected", [
+    ("http://127.0.0.1:1/data.zarr", True),
+    ("HTTPS://example.org/data.zarr?connect_timeout=2", True),
+    ("lmdb:///tmp/x.lmdb", False),
+    ("s3://bucket/prefix", False),
+    ("/tmp/plain/folder", False),
+    ("/tmp/archive.zip", False),
+    ("unknown-scheme://x", False),
+])
+def test_is_read_only_url_answers_from_the_scheme_table(url, expected):
+    # Tools (zfuse mount) ask this rather than hard-coding which schemes only read.
+    assert is_read_only_url(url) is expected
+
+
+def test_read_only_schemes_are_the_read_only_stores():
+    read_only = {name for name, spec in SCHEMES.items() if spec.read_only}
+    assert read_only == {"http", "https"}
+    from zstores.stores.objectstore import HTTPStore
+
+    for name in read_only:
+        assert SCHEMES[name].load(name) is HTTPStore
 
 
 def test_memory_scheme():

@@ -291,16 +291,12 @@ def _redact(url: str) -> str:
     return redact_url(url)
 
 
-#: URL schemes whose stores can only be read: mounted read-only without --read-only.
-READ_ONLY_SCHEMES = ("http", "https")
-
-
 def _open(url: str, read_only: bool) -> Any:
-    from zstores.urls import open_store
+    from zstores.urls import is_read_only_url, open_store
 
-    if url.partition("://")[0].lower() in READ_ONLY_SCHEMES:
-        read_only = True
     try:
+        # A store that can only be read (http://) is mounted read-only without --read-only.
+        read_only = read_only or is_read_only_url(url)
         return open_store(url, mode="r" if read_only else "a")
     except Exception as error:  # noqa: BLE001 - any failure to open is reported in one line
         message = str(error).splitlines()[0] if str(error) else type(error).__name__

@@ -48,6 +48,7 @@ __all__ = [
     "SCHEMES",
     "Scheme",
     "StoreURLError",
+    "is_read_only_url",
     "open_store",
     "redact_url",
 ]
@@ -172,12 +173,16 @@ class Scheme:
         ``**kwargs`` (``lmdb://...?writemap=true``).
     defaults : mapping
         Options applied unless given (``.mdb`` files are LMDB without a folder).
+    read_only : bool
+        Whether the store can only be read (``http(s)://``): tools open such
+        a URL read-only instead of asking for writes it would refuse.
     """
 
     target: str
     location: str = "path"
     options: Mapping[str, Callable[[str], Any]] = field(default_factory=dict)
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    read_only: bool = False
 
     def load(self, scheme: str) -> Callable[..., Store]:
         module_name, _, attribute = self.target.partition(":")
@@ -198,7 +203,7 @@ _MONGODB = Scheme("zstores.stores.mongodb:MongoDBStore", location="url")
 # Object stores: the path is "bucket/prefix"; every option is a constructor
 # keyword.  http(s):// keeps the whole URL (host included).
 _OBJECTS = "zstores.stores.objectstore:"
-_HTTP = Scheme(_OBJECTS + "HTTPStore", location="url")
+_HTTP = Scheme(_OBJECTS + "HTTPStore", location="url", read_only=True)
 
 #: Every built-in scheme.  A plain path (no ``scheme://``) is looked up in
 #: ``PATH_ENDINGS`` by its ending, and is a ``file`` store otherwise.
@@ -407,6 +412,32 @@ def _location(parsed: _Parsed, spec: Scheme, from_url: Mapping[str, Any]) -> str
             f"{parsed.scheme}://relative/path"
         )
     return unquote(parsed.path) if parsed.is_url else parsed.path
+
+
+def is_read_only_url(url: str | os.PathLike[str]) -> bool:
+    """Whether the store a URL names can only be read, whatever the mode asked for.
+
+    Tools that open any URL (``zfuse mount``, ``zstores cp``) ask this to
+    open such a store read-only rather than fail on a write mode.  Plug-in
+    schemes and plain paths are writable as far as this table knows.
+
+    Parameters
+    ----------
+    url : str or os.PathLike
+        A URL or plain path as ``open_store`` takes it.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> from zstores.urls import is_read_only_url
+    >>> is_read_only_url("https://example.org/data.zarr"), is_read_only_url("lmdb:///tmp/x.lmdb")
+    (True, False)
+    """
+    spec = _parse(url).spec
+    return spec is not None and spec.read_only
 
 
 def open_store(url: str | os.PathLike[str], *, mode: Mode = "a", **options: Any) -> Store:
