@@ -283,3 +283,27 @@ def test_zarr2_refuses_dotted_separator_on_nested(zarr2, tmp_path) -> None:
         root=str(tmp_path),
     )
     assert "dimension_separator '.' is not supported" in result
+
+
+def test_zarr2_writable_adapter_reads_lmdb_chunks_as_views(zarr2, tmp_path) -> None:
+    # zarr 2 decodes or copies what getitems gives it; large LMDB values come
+    # as read-only views of the map, as zarr 2's own LMDBStore hands buffers.
+    result = zarr2.run(
+        """
+        import numpy as np, zarr
+        from zstores.adapters import zarr_store
+
+        store = zarr_store(f"lmdb://{root}/l", mode="w")
+        z = zarr.open_array(store, mode="w", shape=(16384,), chunks=(8192,), dtype="i8",
+                            compressor=None)
+        z[:] = 1
+        z[5:8197] = 2
+        values = store.getitems(["0", "1"])
+        result = [type(values["0"]).__name__, values["0"].readonly,
+                  int(np.frombuffer(values["1"], "i8")[4]), z[:].tolist().count(2)]
+        del values
+        store.close()
+        """,
+        root=str(tmp_path),
+    )
+    assert result == ["memoryview", True, 2, 8192]

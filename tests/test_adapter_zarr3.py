@@ -397,3 +397,23 @@ def test_empty_key_holds_nothing():
     assert sync(adapter.get("", prototype)) is None
     assert not sync(adapter.exists(""))
     assert sync(adapter.is_empty(""))
+
+
+def test_a_writable_adapter_reads_lmdb_chunks_through_views_that_keep_their_bytes(tmp_path):
+    # A partial-chunk write reads the chunk first: through a zero-copy view of
+    # LMDB's map (the map is made large before the first view), not a copy.
+    adapter = zarr_store(zstores.LMDBStore(tmp_path / "l", mode="w", map_size=1 << 20))
+    array = zarr.create_array(adapter, shape=(2 * 8192,), chunks=(8192,), dtype="i8",
+                              compressors=None)  # 64 KiB chunks: above the view threshold
+    array[:] = 1
+    array[5:8192 + 5] = 2  # both chunks read, changed and written back
+    assert adapter.store.map_size >= 1 << 40
+    assert array[:].tolist() == [1] * 5 + [2] * 8192 + [1] * (8192 - 5)
+    # A buffer zarr holds stays as it was read while the key is written over.
+    held = sync(adapter.get("c/0", default_buffer_prototype()))
+    assert not held.as_numpy_array().flags.writeable
+    array[:] = 7
+    assert set(held.as_numpy_array().view("i8").tolist()) == {1, 2}
+    assert set(array[:].tolist()) == {7}
+    del held
+    adapter.store.close()

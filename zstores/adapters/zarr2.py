@@ -150,12 +150,12 @@ class Zarr2Store(Adapter, BaseStore):
     ) -> Mapping[str, bytes]:
         """Values of the keys that exist, read in one batch (contexts are not needed).
 
-        A read-only adapter hands out the store's zero-copy views (``getviews``:
-        LMDB's map, held in a read transaction while zarr uses them); a
-        writable one copies, so zarr holds no view while it writes.
+        The values are the store's read-only ``getviews`` (LMDB: zero-copy
+        views of its map for values of 16 KiB or more, each holding its read
+        transaction while zarr uses it), as zarr-python 2's own ``LMDBStore``
+        hands out buffers; zarr only decodes or copies them.
         """
-        target = self._target()
-        return target.getviews(keys) if self._read_only else target.getitems(keys)
+        return self._target().getviews(keys)
 
     def setitems(self, values: Mapping[str, Any]) -> None:
         """Write many keys in one batch (one transaction where the backend has them)."""

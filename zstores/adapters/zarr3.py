@@ -325,8 +325,7 @@ class ZarrStore(Adapter, ZarrABCStore):
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         """The value of ``key`` (or a byte range of it), or None if it is missing."""
-        data = await self._run(_read_span, self._ready(), key, _span_of(byte_range),
-                               self.read_only)
+        data = await self._run(_read_span, self._ready(), key, _span_of(byte_range))
         return _as_buffer(data, prototype)
 
     def get_sync(
@@ -355,8 +354,7 @@ class ZarrStore(Adapter, ZarrABCStore):
         requests = list(requests)
         whole = [key for key, _, byte_range in requests if byte_range is None]
         store = self._ready()
-        read = store.getviews if self.read_only else store.getitems
-        found = await self._run(read, whole) if whole else {}
+        found = await self._run(store.getviews, whole) if whole else {}
         for key, prototype, byte_range in requests:
             if byte_range is None:
                 yield key, _as_buffer(found.get(key), prototype)
@@ -479,12 +477,17 @@ def _take(iterator: Any, count: int) -> list[str]:
     return batch
 
 
-def _read(store: Store, key: str, view: bool = False) -> Any:
-    """The value of ``key``, or None if missing; with ``view``, through ``getview``
-    (read-only adapters, which never write while zarr holds what they read: a
-    zero-copy view of LMDB's map pins its pages)."""
+def _read(store: Store, key: str) -> Any:
+    """The value of ``key`` through ``getview``, or None if missing.
+
+    zarr only reads what a store gives it (it copies a chunk before changing
+    it), so a read-only view does: for LMDB's large values, a zero-copy view
+    of the map that keeps its read transaction open while zarr holds it.  A
+    copy would cost a fresh buffer of the chunk's size on every read, which
+    writers of MiB chunks pay in page faults (docs/parallel-writes.md).
+    """
     try:
-        return store.getview(key) if view else store[key]
+        return store.getview(key)
     except KeyError:
         return None
     except InvalidKeyError:
@@ -500,11 +503,10 @@ def _read_range(store: Store, key: str, start: int, length: int | None) -> bytes
         return None
 
 
-def _read_span(store: Store, key: str, span: tuple[int, int | None] | None,
-               view: bool = False) -> Any:
-    """The whole value (``span`` None; a view if ``view``) or ``(start, length)`` of it;
-    None if missing."""
-    return _read(store, key, view) if span is None else _read_range(store, key, *span)
+def _read_span(store: Store, key: str, span: tuple[int, int | None] | None) -> Any:
+    """The whole value (``span`` None; read-only, a view where the store has one) or
+    ``(start, length)`` of it; None if missing."""
+    return _read(store, key) if span is None else _read_range(store, key, *span)
 
 
 def _span_of(byte_range: ByteRequest | None) -> tuple[int, int | None] | None:

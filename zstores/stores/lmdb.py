@@ -576,7 +576,7 @@ class LMDBStore(Store):
     new size.  ``store[key]``, ``getitems`` and range reads hand out ``bytes``
     copied inside the read transaction, so remapping cannot invalidate them.
 
-    ``getview``/``getviews`` (what read-only zarr adapters use) hand out
+    ``getview``/``getviews`` (what the zarr adapters read with) hand out
     values of 16 KiB or more without a copy: read-only ``memoryview``s of
     numpy arrays over the map.  Each keeps its read transaction open until
     the last object made from it (numpy arrays, zarr buffers) is gone, so
