@@ -376,6 +376,14 @@ def bench_anchor(args: argparse.Namespace, work: Path) -> tuple[float, float]:
 #: and --read-only) and ratarmount (read-only; it has no other way to a ZIP).
 ARCHIVE_MOUNTS = ("zfuse read-write", "zfuse read-only", "ratarmount")
 THREADS = 8
+#: Minimal mfusepy file systems (no zstores, no zfuse code) on the libfuse and with
+#: the mount options zfuse uses, serving the archive's small members from a dict:
+#: the floor of the small-file figures.  Each file costs the kernel the same
+#: requests as through zfuse (lookup, open, read, release), the data is already
+#: in memory.  "bare": libfuse answers open and release itself (Python is called
+#: for lookup and read, as on zfuse's read-only mount); "open/release": trivial
+#: Python handlers for those too (the Python calls of zfuse's read-write mount).
+FLOORS = {"mfusepy floor": "bare", "mfusepy floor, open/release": "open/release"}
 
 
 @dataclass
@@ -386,6 +394,54 @@ class Mounted:
     pid: int
     seconds: float
     process: subprocess.Popen[bytes] | None = None
+
+
+def serve_floor(mountpoint: str, archive: str, variant: str) -> None:
+    """Serve ``archive``'s ``small/`` members from a dict with plain mfusepy (see ``FLOORS``)."""
+    import errno
+    import stat
+    import zipfile
+
+    from zfuse._libfuse import load_mfusepy
+    from zfuse.options import fuse_options
+
+    load_mfusepy()  # the libfuse zfuse mounts with (libfuse 3 where it can)
+    import mfusepy
+
+    with zipfile.ZipFile(archive) as opened:
+        contents = {f"/{name}": opened.read(name) for name in opened.namelist()
+                    if name.startswith("small/")}
+    folder = {"st_mode": stat.S_IFDIR | 0o555, "st_nlink": 2}
+    attrs = {path: {"st_mode": stat.S_IFREG | 0o444, "st_nlink": 1, "st_size": len(value)}
+             for path, value in contents.items()}
+    names = [path.rsplit("/", 1)[1] for path in contents]
+
+    class Floor(mfusepy.Operations):
+        use_ns = True
+
+        def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
+            if path in ("/", "/small"):
+                return folder
+            try:
+                return attrs[path]
+            except KeyError:
+                raise mfusepy.FuseOSError(errno.ENOENT) from None
+
+        def readdir(self, path: str, fh: int) -> list[str]:
+            return [".", "..", *(names if path == "/small" else ["small"])]
+
+        def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+            return contents[path][offset:offset + size]
+
+    class FloorWithHandles(Floor):
+        def open(self, path: str, flags: int) -> int:
+            return 0
+
+        def release(self, path: str, fh: int) -> int:
+            return 0
+
+    operations = FloorWithHandles() if variant == "open/release" else Floor()
+    mfusepy.FUSE(operations, mountpoint, foreground=True, **fuse_options(read_only=True))
 
 
 def build_archive(path: Path, args: argparse.Namespace) -> None:
@@ -415,6 +471,16 @@ def ratarmount_command() -> list[str] | None:
 def mount_archive(kind: str, archive: Path, mountpoint: Path, index: Path) -> Mounted:
     """Mount ``archive`` the ``kind`` way; the seconds until the mount answers."""
     start = time.perf_counter()
+    if kind in FLOORS:
+        process = subprocess.Popen([sys.executable, __file__, "--serve-floor", str(mountpoint),
+                                    "--floor", FLOORS[kind], "--archive", str(archive)])
+        deadline = time.monotonic() + 120
+        while not os.path.ismount(mountpoint):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the {kind} did not mount")
+            time.sleep(0.005)
+        os.stat(mountpoint / "small")  # answers
+        return Mounted(mountpoint, process.pid, time.perf_counter() - start, process)
     if kind == "ratarmount":
         command = ratarmount_command()
         assert command is not None
@@ -510,9 +576,10 @@ def archive_round(kind: str, archive: Path, mountpoint: Path, index: Path,
     Three mounts, each after dropping the page cache (``drop_cold``): the first
     walks the tree (``find``) and reads the big member cold then warm; the
     second reads the small files with one thread, cold then warm; the third
-    with ``THREADS`` threads.  Returns seconds per figure, the daemon's CPU
-    seconds per pass (``"daemon CPU, <figure>"``: independent of how loaded the machine
-    is, unlike the wall time) and the peak RSS in MiB.
+    with ``THREADS`` threads (a floor, ``FLOORS``, only makes these two).  Returns
+    seconds per figure, the daemon's CPU seconds per pass (``"daemon CPU, <figure>"``:
+    independent of how loaded the machine is, unlike the wall time) and the peak
+    RSS in MiB.
     """
     small = mountpoint / "small"
     buffer = bytearray(MIB)
@@ -522,10 +589,11 @@ def archive_round(kind: str, archive: Path, mountpoint: Path, index: Path,
         ("find", lambda: walk(mountpoint)),
         ("big file", lambda: read_file(mountpoint / "big", buffer)),
     ]
-    for first in (passes,
-                  [("small files, 1 thread", lambda: read_files(small, range(args.files)))],
-                  [(f"small files, {THREADS} threads",
-                    lambda: read_files_threaded(small, args.files, THREADS))]):
+    mounts = [passes,
+              [("small files, 1 thread", lambda: read_files(small, range(args.files)))],
+              [(f"small files, {THREADS} threads",
+                lambda: read_files_threaded(small, args.files, THREADS))]]
+    for first in mounts[1:] if kind in FLOORS else mounts:
         if args.smoke:  # not the whole machine's cache under the test suite
             drop_page_cache(archive)
         else:
@@ -582,17 +650,18 @@ def bench_archive(args: argparse.Namespace, work: Path) -> tuple[str, dict[str, 
     mountpoint, index = folder / "mnt", folder / "index"
     mountpoint.mkdir()
     index.mkdir()
+    measured = kinds + list(FLOORS)
     for kind in kinds:  # untimed: ratarmount builds its index on the first mount
         unmount_archive(mount_archive(kind, archive, mountpoint, index))
     samples: dict[tuple[str, str], list[float]] = {}
     for round_ in range(args.rounds):
-        for kind in kinds[round_ % len(kinds):] + kinds[:round_ % len(kinds)]:
+        for kind in measured[round_ % len(measured):] + measured[:round_ % len(measured)]:
             print(f"[archive] {kind}, round {round_ + 1}/{args.rounds} ...", file=sys.stderr)
             for name, value in archive_round(kind, archive, mountpoint, index, args).items():
                 samples.setdefault((name, kind), []).append(value)
     medians = {key: statistics.median(values) for key, values in samples.items()}
-    return (archive_table(medians, kinds, args, samples),
-            archive_ratios(medians, kinds, args))
+    return (archive_table(medians, kinds, args, samples) + "\n\n"
+            + scaling_table(samples, measured, args), archive_ratios(medians, kinds, args))
 
 
 def shown(value: float, unit: str, work: float | None) -> tuple[str, float]:
@@ -664,13 +733,36 @@ def archive_table(medians: dict[tuple[str, str], float], kinds: list[str],
             each = round_ratios(samples, name, kind, args)
             cells += [f"{ratios[f'{name}|{kind}']:.2f}", f"{min(each):.2f}-{max(each):.2f}"]
         lines.append(f"| {name} | {unit} | " + " | ".join(cells) + " |")
-    for kind in zfuse_kinds:
-        one = medians.get(("small files, 1 thread, cold", kind))
-        many = medians.get((f"small files, {THREADS} threads, cold", kind))
-        if one and many:
-            lines.append("")
-            lines.append(f"{kind}: cold small files with {THREADS} threads at {one / many:.2f}x "
-                         "the rate of one thread.")
+    return "\n".join(lines)
+
+
+def scaling_table(samples: dict[tuple[str, str], list[float]], kinds: list[str],
+                  args: argparse.Namespace) -> str:
+    """Cold small files with one and ``THREADS`` reader threads, every mount and the floors."""
+    one, many = "small files, 1 thread, cold", f"small files, {THREADS} threads, cold"
+    lines = [
+        (f"Cold small files with 1 and {THREADS} reader threads, the same rounds; the floors "
+         "are minimal mfusepy file systems with zfuse's libfuse and mount options serving the "
+         "small members from a dict (the same four requests per file, no disk): \"bare\" "
+         "calls Python for lookup and read (libfuse answers open and release), "
+         "\"open/release\" for those too.  Daemon CPU per file: the daemon's CPU time over "
+         "the files read, medians."),
+        "",
+        (f"| mount | 1 thread, files/s | {THREADS} threads, files/s | {THREADS} / 1 | rounds | "
+         f"daemon CPU per file, 1 thread, µs | {THREADS} threads, µs |"),
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind in kinds:
+        if (one, kind) not in samples:
+            continue
+        singles, multis = samples[one, kind], samples[many, kind]
+        each = [single / multi for single, multi in zip(singles, multis, strict=True)]
+        cpu = [statistics.median(samples[f"daemon CPU, {name}", kind]) / args.files * 1e6
+               for name in (one, many)]
+        lines.append(f"| {kind} | {args.files / statistics.median(singles):,.0f} | "
+                     f"{args.files / statistics.median(multis):,.0f} | "
+                     f"{statistics.median(singles) / statistics.median(multis):.2f} | "
+                     f"{min(each):.2f}-{max(each):.2f} | {cpu[0]:,.0f} | {cpu[1]:,.0f} |")
     return "\n".join(lines)
 
 
@@ -725,9 +817,15 @@ def main() -> None:
     parser.add_argument("--require-peers", action="store_true",
                         help="fail (status 3) when ratarmount is missing instead of leaving it out")
     parser.add_argument("--serve-anchor", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-floor", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
+    parser.add_argument("--floor", choices=list(FLOORS.values()), help=argparse.SUPPRESS)
+    parser.add_argument("--archive", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_anchor:
         serve_anchor(args.serve_anchor, args.files, args.file_kib)
+        return
+    if args.serve_floor:
+        serve_floor(args.serve_floor, args.archive, args.floor)
         return
     if args.smoke:
         args.rounds, args.size_mib, args.files, args.keys = 1, 2, 20, 200
