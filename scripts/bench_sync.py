@@ -17,7 +17,11 @@
      same zarr as the anchor, so that this against the anchor is zstores'
      stores and locks alone, and this against zarr 3 + zstores sync is the
      zarr version alone;
-   - zarr-python 2.18 on its own stores with its own ``ProcessSynchronizer``.
+   - zarr-python 2.18 on its own stores with its own ``ProcessSynchronizer``;
+   - for the Directory rows, zarr-python 3 on its own ``LocalStore`` without
+     any locks: what zarr-python 3 itself costs, the most zarr 3 through any
+     store could reach (if it stays below zarr 2.18 with its locks, so must
+     every zarr 3 row).
    Aggregate MB/s is all bytes written over the time from a common start to
    the last writer's end.  CPU ms/MB is the writer processes' CPU time (all
    their threads: zarr-python 3's event loop and store workers too) per MB
@@ -56,7 +60,9 @@ MARK_END = "<!-- bench_sync:end -->"
 
 LOCK_IMPLS = ["zstores-process", "zstores-striped", "zstores-thread", "zstores-redis",
               "zarr2-process", "zarr2-thread"]
-WRITE_IMPLS = ["zarr3-nolock", "zarr3-sync", "zarr2-zstores", "zarr2-sync"]
+WRITE_IMPLS = ["zarr3-nolock", "zarr3-sync", "zarr2-zstores", "zarr2-sync", "zarr3-localstore"]
+# Implementations that do not use the backend: run with the Directory rows only.
+BACKEND_FREE = {"zarr3-localstore": "directory"}
 BACKENDS = ["lmdb", "sqlite", "directory"]
 WRITERS = [1, 2, 4]
 # --smoke: a few small stripes and locks, set in the environment so that the
@@ -167,6 +173,9 @@ def make_target(impl: str, backend: str, folder: Path):
     from zstores.adapters import zarr_store
     from zstores.sync import ProcessSynchronizer, synchronized
 
+    if impl == "zarr3-localstore":  # zarr 3's own store, no locks: the zarr 3 anchor
+        return zarr.create_array(zarr.storage.LocalStore(str(folder / "data")), shape=shape,
+                                 chunks=chunks, dtype="i8", compressors=None, zarr_format=2)
     array = zarr.create_array(zarr_store(zstores_store(backend, folder)), shape=shape,
                               chunks=chunks, dtype="i8", compressors=None, zarr_format=2)
     if impl == "zarr3-nolock":
@@ -235,6 +244,8 @@ def measure_writes(args: argparse.Namespace) -> dict[tuple[str, str, str], float
     for round_ in range(args.rounds):
         for backend in args.backends:
             for impl in rotated(WRITE_IMPLS, round_):
+                if BACKEND_FREE.get(impl, backend) != backend:
+                    continue
                 result = run(python_for(impl, args), "writes", impl, backend)
                 for writers, seconds in (result or {}).items():
                     samples.setdefault((backend, writers, impl), []).append(seconds)
@@ -275,6 +286,7 @@ WRITE_COLUMNS = {
     "zarr3-sync": "zarr 3 + zstores sync",
     "zarr2-zstores": "zarr 2.18 + zstores sync and store",
     "zarr2-sync": "zarr 2.18 + its sync and store",
+    "zarr3-localstore": "zarr 3 on its LocalStore, no locks",
 }
 
 
@@ -285,9 +297,10 @@ def write_table(
     megabytes = STRIPES * WIDTH * 8 / 1e6
     names = " | ".join(WRITE_COLUMNS[impl] for impl in WRITE_IMPLS)
     ratios = ("locks' cost | zarr 3 + zstores vs zarr 2.18 | zarr 2.18: zstores vs its own "
-              "| zarr 3 vs zarr 2.18, both on zstores")
+              "| zarr 3 vs zarr 2.18, both on zstores | zarr 3 on LocalStore, no locks, "
+              "vs zarr 2.18")
     head = [f"| backend | writers | {names} | {ratios} |",
-            "|---|---:|" + "---:|" * (len(WRITE_IMPLS) + 4)]
+            "|---|---:|" + "---:|" * (len(WRITE_IMPLS) + 5)]
     speed = [
         (
             f"Aggregate write throughput (MB/s; higher is better), {megabytes:.3g} MB in "
@@ -298,7 +311,9 @@ def write_table(
             "ProcessSynchronizer on its own store; \"zarr 2.18: zstores vs its own\": the "
             "same zarr 2.18 on zstores' store and locks over its own (what zstores' parts "
             "cost); \"zarr 3 vs zarr 2.18\": both on zstores' store and locks (what the zarr "
-            "version costs).  Above 1.0: faster."
+            "version costs); \"zarr 3 on LocalStore, no locks, vs zarr 2.18\" (Directory rows): "
+            "zarr-python 3 on its own store without any lock over zarr 2.18 with its locks, "
+            "the most any zarr 3 row can reach.  Above 1.0: faster."
         ),
         "",
         *head,
@@ -336,6 +351,7 @@ def _write_row(backend: str, writers: int, rate: dict[str, float | None],
         ratio(rate["zarr3-sync"], rate["zarr2-sync"]),
         ratio(rate["zarr2-zstores"], rate["zarr2-sync"]),
         ratio(rate["zarr3-sync"], rate["zarr2-zstores"]),
+        ratio(rate["zarr3-localstore"], rate["zarr2-sync"]),
     ]
     return f"| {backend} | {writers} | {' | '.join(cells)} | {' | '.join(ratios)} |"
 
