@@ -8,7 +8,9 @@ newest zarr-python they need; run this script there).  Ours: Directory, LMDB,
 SQLite, and SQLite with ``synchronous=FULL`` once SQLiteStore offers it.
 
 Figures, each the median of ``--rounds`` rounds (every implementation once per
-round, a different one first each round, so background load hits them alike),
+round, a different one first and in another order each round, so background
+load and what the one before left behind hit them alike; the disk synced
+between implementations),
 on arrays of ``--size`` bytes (default 256 MiB, uint8) in three cases: 4 MiB
 and 64 KiB chunks without compression, and 1 MiB chunks of low-entropy bytes
 with zstd.  Each implementation runs each phase in a fresh process:
@@ -44,6 +46,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import random
 import re
 import shutil
 import statistics
@@ -477,13 +480,49 @@ def make_cold(args: argparse.Namespace, folder: Path) -> None:
         args.cold_how = drop_cold(folder)
 
 
+def round_order(impls: list[str], round_: int) -> list[str]:
+    """The order of ``impls`` in round ``round_``: a different one first, other neighbours.
+
+    Round 0 keeps the given order; later rounds shuffle it (seeded by the round,
+    so a rerun repeats it) and put ``impls[round_ % len(impls)]`` first.  A mere
+    rotation would keep every implementation behind the same one in every
+    round, and what the one before leaves behind (its files just deleted, pages
+    still to write back) would weigh on the same implementation each time.
+
+    Examples
+    --------
+    >>> round_order(["a", "b", "c", "d"], 0)
+    ['a', 'b', 'c', 'd']
+    >>> [order[0] for order in (round_order(["a", "b", "c", "d"], r) for r in range(4))]
+    ['a', 'b', 'c', 'd']
+    """
+    if round_ == 0:
+        return list(impls)
+    first = impls[round_ % len(impls)]
+    rest = [name for name in impls if name != first]
+    random.Random(round_).shuffle(rest)
+    return [first, *rest]
+
+
+def settle() -> None:
+    """Between implementations: write back what the last one left (its deleted files too).
+
+    Outside every timing.  Without it the next implementation's writes share
+    the disk with the previous one's write-back.  Deleted files cost the next
+    writer too: ext4 looks past recently deleted inodes when it allocates new
+    ones (``find_inode_bit``, ``recently_deleted``: 0-35% of a 64 KiB-chunk
+    write's CPU time in ``perf`` profiles here, the same code from run to run),
+    which a shuffled order spreads over every file-per-chunk store.
+    """
+    os.sync()
+
+
 def measure(args: argparse.Namespace) -> dict[tuple[str, str], float]:
     """Median speed per (figure, implementation), each phase run in a fresh process."""
     samples: dict[tuple[str, str], list[float]] = {}
     names = [*args.impls, *(f"url:{impl}" for impl in args.url_impls)]
     for round_ in range(args.rounds):
-        turn = round_ % len(args.impls)  # a different one first each round
-        for name in args.impls[turn:] + args.impls[:turn] + names[len(args.impls):]:
+        for name in round_order(args.impls, round_) + names[len(args.impls):]:
             folder = Path(tempfile.mkdtemp(dir=args.dir, prefix="bench_zarr-"))
             try:
                 figures = {}
@@ -498,6 +537,7 @@ def measure(args: argparse.Namespace) -> dict[tuple[str, str], float]:
                         figures.update(run_phase(args, name, "raw", folder))
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
+                settle()
             for figure, speed in figures.items():
                 samples.setdefault((figure, name), []).append(speed)
         print(f"  round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
@@ -596,7 +636,8 @@ def table(medians: dict[tuple[str, str], float], args: argparse.Namespace, load:
          f"256 MiB), warm.  Raw keys: {args.keys:,} values of 64 KiB set and got through the "
          "zarr Store API (not icechunk, whose writes mean nothing before a commit, nor "
          "zarr-sqlite, which hangs when its connection is used from a second event loop).  "
-         f"Median of {args.rounds} rounds; a different implementation first each round."),
+         f"Median of {args.rounds} rounds; each round a different implementation first and the "
+         "others shuffled, the disk synced (`sync`) between implementations."),
         "",
         durability + ".",
         "",
