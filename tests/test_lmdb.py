@@ -219,6 +219,46 @@ def test_map_is_read_only_unless_writemap_is_asked_for(tmp_path):
     assert (tmp_path / "b" / "data.mdb").stat().st_size == 64 * MiB
 
 
+def _descriptors_on(path: Path) -> int:
+    """How many of this process's file descriptors are open on ``path``."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += os.path.samefile(f"/proc/self/fd/{fd}", path)
+    return count
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_commits_start_writing_the_file_back_every_few_mib(tmp_path):
+    # sync=False: a commit reaches only the page cache.  Every 4 MiB committed
+    # (single sets and setitems alike) the store asks the kernel to start
+    # writing the file, so close() waits for the last few MiB, not for all.
+    data = tmp_path / "s" / "data.mdb"
+    store = LMDBStore(tmp_path / "s")
+    shared = store._shared
+    store["small"] = bytes(1000)
+    assert shared.writeback_fd is None  # nothing asked below the threshold
+    for i in range(3):
+        store[f"chunk/{i}"] = bytes(MiB)
+    store.setitems({f"chunk/{i}": bytes(MiB) for i in range(3, 5)})
+    assert shared.writeback_fd is not None
+    assert os.path.samefile(f"/proc/self/fd/{shared.writeback_fd}", data)
+    assert shared.unwritten < 4 * MiB  # the count starts over after each request
+    store.close()
+    assert _descriptors_on(data) == 0  # the descriptor closes with the environment
+    with LMDBStore(tmp_path / "s", mode="r") as reader:
+        assert reader["chunk/4"] == bytes(MiB)
+
+
+@pytest.mark.parametrize("option", ["sync", "writemap"])
+def test_no_early_writeback_where_it_does_not_apply(tmp_path, option):
+    # sync=True flushes every commit itself; with writemap the written-back
+    # pages would fault again when LMDB rewrites them.
+    with LMDBStore(tmp_path / "s", **{option: True}) as store:
+        store.setitems({f"chunk/{i}": bytes(MiB) for i in range(6)})
+        assert store._shared.writeback_fd is None
+
+
 def test_two_stores_on_one_environment_share_it(tmp_path):
     path = tmp_path / "s"
     LMDBStore(path).close()
