@@ -458,6 +458,34 @@ def test_listdir_reads_one_folder_only(cls, root: Path, monkeypatch) -> None:
     assert store.listdir("arr/7") == ["0", "1", "2"] and len(scans) == 2
 
 
+@pytest.mark.parametrize("kind", ["chunk files", "chunk folders"])
+def test_listdir_leaves_out_links_fifos_and_temporary_files(cls, root: Path, kind: str) -> None:
+    # listdir reads a folder of one kind with the type tests in the order of
+    # its first entry (the folder's own order: a hash of the names here, so
+    # eight folders with differently named intruders, which put a chunk first
+    # in most): whichever comes first, links (to a file, to a folder,
+    # dangling), a FIFO and a stray temporary file are never listed, and a
+    # folder merely named like a temporary file is (only files are skipped).
+    store = cls(root)
+    below = "" if kind == "chunk files" else "/0"
+    arrays = [f"arr{n}" for n in range(8)]
+    store.setitems({f"{arr}/{i}{below}": b"x" for arr in arrays for i in range(40)})
+    chunks = sorted(map(str, range(40)))
+    for n, arr in enumerate(arrays):
+        folder = root / arr
+        os.symlink(folder / "3", folder / f"link-to-3-{n}")
+        os.symlink(root, folder / f"link-to-root-{n}")
+        os.symlink(root / "nowhere", folder / f"dangling-{n}")
+        os.mkfifo(folder / f"fifo-{n}")
+        assert store.listdir(arr) == chunks
+        (folder / stray_temp_name(n)).write_bytes(b"a write under way")
+        assert store.listdir(arr) == chunks
+        os.mkdir(folder / stray_temp_name(100 + n))
+        assert store.listdir(arr) == sorted([*chunks, stray_temp_name(100 + n)])
+        keys = sorted(f"{arr}/{i}{below}" for i in range(40))
+        assert sorted(store.list_prefix(f"{arr}/")) == keys
+
+
 def test_a_folder_in_a_listing_holds_keys_after_deletes(cls, root: Path) -> None:
     # What lets listdir list sub-folders unseen: every way of removing keys
     # removes the folders it empties, so listdir agrees with the keys.
