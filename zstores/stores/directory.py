@@ -51,7 +51,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from itertools import chain, compress
+from itertools import compress
 from operator import attrgetter
 from typing import Any, NoReturn
 
@@ -191,7 +191,7 @@ def _is_file(entry: os.DirEntry[str]) -> bool:
 _NAME = attrgetter("name")
 # The unbound methods, mapped over a folder's entries at C level.  Called
 # without ``follow_symlinks=False`` (a keyword argument would cost a bound
-# method and a call with keywords per entry, four times the time), so they
+# method and a call with keywords per entry, eight times the time), so they
 # are used only on a folder shown to hold no link (``_classify``).
 _IS_LINK, _IS_FILE, _IS_FOLDER = os.DirEntry.is_symlink, os.DirEntry.is_file, os.DirEntry.is_dir
 
@@ -262,6 +262,29 @@ def _scan(folder: int, relative: str = "") -> tuple[list[str], list[str], list[s
     return files, folders, skipped
 
 
+def _names_read_as_they_come(folder: int) -> list[str] | None:
+    """``_listing``'s names of the regular files and folders in ``folder``, temporary files kept.
+
+    None if an entry vanished before its ``lstat`` (a file system that
+    reports no types): the caller looks again with ``_scan``.
+    """
+    try:
+        with os.scandir(folder) as found:
+            first = next(found, None)
+            if first is None:
+                return []
+            names = [first.name] if _is_file(first) or _is_folder(first) else []
+            if first.is_dir(follow_symlinks=False):  # chunk folders, likely
+                names += [entry.name for entry in found
+                          if not entry.is_symlink() and (entry.is_dir() or entry.is_file())]
+            else:
+                names += [entry.name for entry in found
+                          if not entry.is_symlink() and (entry.is_file() or entry.is_dir())]
+            return names
+    except OSError:
+        return None
+
+
 def _listing(folder: int, relative: str = "") -> tuple[list[str], list[str]]:
     """The names ``listdir`` shows of the open ``folder``, and the names skipped.
 
@@ -272,10 +295,11 @@ def _listing(folder: int, relative: str = "") -> tuple[list[str], list[str]]:
     are not valid UTF-8.
 
     ``listdir`` needs no split into files and folders, so the names are taken
-    in one comprehension over ``scandir`` as it reads (each entry dropped
-    once looked at) with the type tests written inline: against ``_scan``'s
-    list of entries and C-level passes over it, this saves a fifth to a
-    third of the CPU time above a bare ``os.listdir``.  The entry's kind is
+    in one comprehension over ``scandir`` as it reads, the type tests written
+    inline: about as many instructions as ``_scan``'s C-level passes over a
+    list of entries, but each entry is tested while it is in the CPU's cache
+    and dropped (at 100,000 names, 0.81x of the CPU time of zarr-python
+    2.18's ``sorted(os.listdir(path))`` became 0.88x).  The entry's kind is
     tested in the order of the first entry's (chunk files, or chunk folders),
     so a folder of one kind costs two tests per entry.  Links are tested
     first: the methods, called without ``follow_symlinks=False`` (a keyword
@@ -285,19 +309,7 @@ def _listing(folder: int, relative: str = "") -> tuple[list[str], list[str]]:
     (only files named so are left out).  ``folder`` is the caller's own
     descriptor (see ``_entries``).
     """
-    try:
-        with os.scandir(folder) as found:
-            first = next(found, None)
-            if first is None:
-                return [], []
-            if first.is_dir(follow_symlinks=False):  # chunk folders, likely
-                names = [entry.name for entry in chain((first,), found)
-                         if not entry.is_symlink() and (entry.is_dir() or entry.is_file())]
-            else:
-                names = [entry.name for entry in chain((first,), found)
-                         if not entry.is_symlink() and (entry.is_file() or entry.is_dir())]
-    except OSError:
-        names = None  # an entry vanished before its lstat (no types): look again
+    names = _names_read_as_they_come(folder)
     joined = "" if names is None else "/".join(names)  # "/" never occurs in a name
     if names is None or TEMP_PREFIX in joined:
         files, folders, skipped = _scan(folder, relative)  # scandir rewinds on closing
