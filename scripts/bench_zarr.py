@@ -441,9 +441,25 @@ def url_table(medians: dict[tuple[str, str], float], impls: list[str]) -> str:
 
 
 # ------------------------------------------------------------------ driver
+#: Modules an implementation imports on first use, imported before anything is timed,
+#: as zarr's LocalStore is by this script's own imports: a one-off per process (and with
+#: PYTHONDONTWRITEBYTECODE a compile of the source), not part of writing or reading an array.
+FIRST_USE_MODULES = {"zarr-sqlite": ("zarr_sqlite",), "icechunk": ("icechunk",)}
+OUR_FIRST_USE_MODULES = ("zstores.adapters.zarr3",)
+
+
+def import_ahead(name: str) -> None:
+    """Import what implementation ``name`` would import inside its first timed figure."""
+    import importlib
+
+    for module in OUR_FIRST_USE_MODULES if name in OURS else FIRST_USE_MODULES.get(name, ()):
+        importlib.import_module(module)
+
+
 def worker(args: argparse.Namespace) -> None:
     """Measure one phase of one implementation in this process; print its figures as JSON."""
     folder = Path(args.folder)
+    import_ahead(args.worker.removeprefix("url:"))
     if args.worker.startswith("url:"):
         data = np.resize(np.arange(1, 252, dtype=np.uint8), args.size)
         figures = url_figures(args.worker[4:], folder, data)
