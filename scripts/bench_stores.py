@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench_common import missing_peers
-from bench_worker import remove_listing_data
+from bench_worker import FLOOR_ROWS, remove_listing_data
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "scripts" / "bench_worker.py"
@@ -59,6 +59,12 @@ NETWORK = {"redis": "ZSTORES_TEST_REDIS_URL", "mongodb": "ZSTORES_TEST_MONGODB_U
 FAILED: list[str] = []
 MARK_BEGIN = "<!-- bench_stores:begin -->"
 MARK_END = "<!-- bench_stores:end -->"
+#: Folder backends whose listings also get the floor (bench_worker.listing_floor),
+#: and its samples: (backend, size, count, row) -> CPU seconds per listing, a round each.
+FLOOR_BACKENDS = ("directory", "nested")
+FLOOR: dict[tuple, list[float]] = {}
+FLOOR_BEGIN = "<!-- bench_stores:listing-floor:begin -->"
+FLOOR_END = "<!-- bench_stores:listing-floor:end -->"
 
 
 #: Backends with the end-to-end figure: zarr-python 2.18 and 3 reading a whole
@@ -121,6 +127,11 @@ def measure(args: argparse.Namespace) -> dict[tuple, float]:
                         results = run_worker(pythons[impl], impl, backend, size, count, shared)
                         for op, seconds in results.items():
                             samples.setdefault((backend, size, count, op, impl), []).append(seconds)
+                    if shared is not None and backend in FLOOR_BACKENDS:
+                        # The same folder, after the runs above filled it.
+                        results = run_worker(sys.executable, "floor", backend, size, count, shared)
+                        for row, seconds in results.items():
+                            FLOOR.setdefault((backend, size, count, row), []).append(seconds)
                     print(f"  {backend} {size_label(size)} round {round_ + 1}/{args.rounds}",
                           file=sys.stderr, flush=True)
             if backend in ARRAY_BACKENDS and size not in (TINY, NESTED):
@@ -224,6 +235,45 @@ def table(medians: dict[tuple, float], rounds: int) -> str:
     return "\n".join(lines)
 
 
+FLOOR_HEADER = ("| backend | values | keys | zarr 2.18's `sorted(os.listdir)` | "
+                "scandir, links out, sorted | zstores `listdir` | floor vs zarr 2.18 | "
+                "zstores vs zarr 2.18 | zstores vs floor |")
+
+
+def floor_table(rounds: int) -> str:
+    """The listing floor: CPU time per listing of the folders the listdir rows list.
+
+    Empty when no folder backend's listing was measured.
+    """
+    if not FLOOR:
+        return ""
+    medians = {key: statistics.median(values) for key, values in FLOOR.items()}
+    lines = [
+        (f"Listing floor of the folder backends: CPU time per listing (µs) of the folders "
+         f"listed above, one process timing the three in turn, median of 9 rounds in each "
+         f"of {rounds} runs, then the median of the runs; ratios are speeds (above 1.0: "
+         "the first named is faster).  zarr 2.18's `DirectoryStore.listdir` is "
+         "`sorted(os.listdir(path))` after an `os.path.isdir`, names only.  \"scandir, "
+         "links out, sorted\" is the cheapest listing that keeps the rule that listings "
+         "leave links out without a system call per entry: the folder opened below the "
+         "store's root with `O_NOFOLLOW`, `os.scandir` on it, the names of the entries "
+         "that are not links, sorted.  zstores' `listdir` also leaves out FIFOs and other "
+         "kinds, temporary files and names that are not UTF-8, and checks the path."),
+        "",
+        FLOOR_HEADER,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for backend, size, count in sorted({key[:3] for key in medians},
+                                       key=lambda k: (BACKENDS.index(k[0]), -k[1], k[2])):
+        zarr2, floor, ours = (medians.get((backend, size, count, row)) for row in FLOOR_ROWS)
+        cells = [f"{s * 1e6:,.0f}" if s else "n/a" for s in (zarr2, floor, ours)]
+        ratios = [f"{b / a:.2f}x" if a and b else "n/a"
+                  for a, b in ((floor, zarr2), (ours, zarr2), (ours, floor))]
+        lines.append(f"| {backend} | {size_label(size)} | {count:,} | {' | '.join(cells)} | "
+                     f"{' | '.join(ratios)} |")
+    return "\n".join(lines)
+
+
 def table_rows(medians: dict[tuple, float]) -> list[str]:
     lines = []
     rows = sorted({key[:4] for key in medians},
@@ -279,6 +329,26 @@ def record(text: str, backends: list[str]) -> None:
     print(f"recorded in {path}", file=sys.stderr)
 
 
+def record_floor(text: str) -> None:
+    """Write the listing floor's table between its markers (after the main table's).
+
+    Only a run that measured the floor replaces it; its note lines
+    ("Recorded ...") stay, as the main table's do.
+    """
+    if not text:
+        return
+    path = ROOT / "docs" / "benchmarks.md"
+    document = path.read_text()
+    if FLOOR_BEGIN not in document:
+        head, tail = document.split(MARK_END, 1)
+        document = f"{head}{MARK_END}\n\n{FLOOR_BEGIN}\n{FLOOR_END}{tail}"
+    head, rest = document.split(FLOOR_BEGIN, 1)
+    old, tail = rest.split(FLOOR_END, 1)
+    notes = [line for line in old.splitlines() if line.startswith("Recorded ")]
+    path.write_text(f"{head}{FLOOR_BEGIN}\n{text}\n" + "".join(f"\n{n}\n" for n in notes)
+                    + f"{FLOOR_END}{tail}")
+
+
 def measured_no_more(line: str) -> bool:
     """A recorded row of a figure the bench dropped: ``listdir`` beside the writes and reads.
 
@@ -324,11 +394,13 @@ def main() -> None:
     (ROOT / ".bench").mkdir(exist_ok=True)
     with servers(args.backends):
         text = table(measure(args), args.rounds)
-    print(text)
+    floor = floor_table(args.rounds)
+    print(text + (f"\n\n{floor}" if floor else ""))
     if args.smoke and FAILED:
         raise SystemExit(f"failed: {', '.join(FAILED)}")
     if args.record:
         record(text, args.backends)
+        record_floor(floor)
 
 
 if __name__ == "__main__":

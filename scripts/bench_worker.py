@@ -33,6 +33,11 @@ than ``PASS_SECONDS`` (at most ``MAX_PASSES``) and reports each operation's
 median, so that one timing of a few milliseconds does not decide a ratio
 alone, while an operation that takes long anyway runs once, as before.
 
+IMPL ``floor`` (``directory`` and ``nested``, after another run filled the
+folder) is the listing floor instead: CPU time per listing of that folder by
+zarr-python 2.18's call, by the cheapest listing that leaves links out, and
+by zstores, in turn in one process (``listing_floor``).
+
 With ``array`` last, the run is instead the end-to-end figure users feel: zarr
 reading a whole array of COUNT uncompressed uint8 chunks of VALUE_SIZE bytes
 (zarr v2 metadata, written once per WORKDIR through zstores, untimed) into an
@@ -261,6 +266,66 @@ def listing_of_tiny_keys(impl: str, backend: str, path: str, keys: list[str]) ->
     with contextlib.suppress(AttributeError):
         store.close()
     return {"listdir": seconds}
+
+
+#: The listing floor's rows: zarr 2.18's call, the cheapest listing that leaves
+#: links out, and zstores' ``listdir`` (CPU seconds per listing, one process).
+FLOOR_ROWS = ("sorted(os.listdir)", "scandir, links out, sorted", "zstores listdir")
+#: Rounds of the floor, each timing every row in turn for about FLOOR_SECONDS of CPU.
+FLOOR_ROUNDS, FLOOR_SECONDS = 9, 0.05
+
+
+def listing_floor(backend: str, path: str) -> dict[str, float]:
+    """CPU seconds per listing of the folder ``m`` the other runs list, three ways.
+
+    ``sorted(os.listdir)`` is what zarr-python 2.18's ``DirectoryStore.listdir``
+    does (after an ``os.path.isdir``); ``scandir, links out, sorted`` the
+    cheapest listing that leaves links out without a system call per entry
+    (``os.scandir`` on a descriptor opened below the store's root, the names
+    of the entries that are not links, sorted), the floor under any listing
+    that keeps the rule; ``zstores listdir`` the store's, which also leaves
+    out FIFOs and other kinds, temporary files and names that are not UTF-8.
+    The three run in turn in each of FLOOR_ROUNDS rounds, each for about
+    FLOOR_SECONDS of CPU, and each row reports the median of its rounds.
+    CPU time (``time.process_time``), not wall-clock time: the machine's load
+    makes the waits swing, not the work.
+    """
+    import zstores
+
+    folder = Path(path) / "m"
+    store = (zstores.NestedDirectoryStore if backend == "nested" else zstores.DirectoryStore)(
+        path, mode="r")
+    root = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+
+    def zarr2_call() -> list[str]:
+        return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+    def links_out() -> list[str]:
+        fd = os.open("m", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
+        try:
+            with os.scandir(fd) as entries:
+                return sorted([entry.name for entry in entries if not entry.is_symlink()])
+        finally:
+            os.close(fd)
+
+    listings = dict(
+        zip(FLOOR_ROWS, (zarr2_call, links_out, lambda: store.listdir("m")), strict=True))
+    assert zarr2_call() == links_out() == store.listdir("m")
+    start = time.process_time()
+    zarr2_call()
+    repeats = max(1, int(FLOOR_SECONDS / max(time.process_time() - start, 1e-6)))
+    samples: dict[str, list[float]] = {row: [] for row in FLOOR_ROWS}
+    try:
+        for _ in range(FLOOR_ROUNDS):
+            for row, listing in listings.items():
+                start = time.process_time()
+                for _ in range(repeats):
+                    listing()
+                samples[row].append((time.process_time() - start) / repeats)
+    finally:
+        os.close(root)
+        store.close()
+    return {row: statistics.median(times) for row, times in samples.items()}
 
 
 def listing_path(workdir: str, backend: str) -> str:
@@ -776,7 +841,9 @@ def main(argv: list[str]) -> None:
     else:
         keys = [chunk.format(i) for i in range(int(count))]
     value = os.urandom(int(size))
-    if int(size) in (1, NESTED_FOLDER):
+    if impl == "floor":
+        results = listing_floor(backend, listing_path(workdir, backend))
+    elif int(size) in (1, NESTED_FOLDER):
         results = listing_of_tiny_keys(impl, backend, listing_path(workdir, backend), keys)
     else:
         results = measure(opener(impl, backend, keys, value), workdir, f"{impl}-{backend}")
