@@ -38,8 +38,9 @@ def rows_of(text: str, first_header: str) -> list[dict[str, str]]:
 
 
 def quote(backends: str, benchmarks: str) -> str:
+    # bench_stores' speed table: its listing floor table starts with "backend" too
     stores = {(r["backend"], r["values"], r["op"]): r["zstores"]
-              for r in rows_of(benchmarks, "backend") if "values" in r}
+              for r in rows_of(benchmarks, "backend") if "op" in r}
     # bench_zarr's speed table: its ratio and URL tables start with "figure" too
     zarr = {r["figure"]: r for r in rows_of(benchmarks, "figure") if "unit" in r}
     lines = backends.splitlines()
