@@ -246,6 +246,8 @@ def test_commits_start_writing_the_file_back_every_few_mib(tmp_path):
     assert shared.unwritten < 4 * MiB  # the count starts over after each request
     store.close()
     assert _descriptors_on(data) == 0  # the descriptor closes with the environment
+    shared.committed(8 * MiB)  # a thread that committed just before the close asks late:
+    assert shared.writeback_fd is None and _descriptors_on(data) == 0  # nothing reopened
     with LMDBStore(tmp_path / "s", mode="r") as reader:
         assert reader["chunk/4"] == bytes(MiB)
 

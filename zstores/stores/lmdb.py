@@ -273,6 +273,9 @@ class _SharedEnv:
         self.writeback_file = writeback_file if _SYNC_FILE_RANGE is not None else None
         self.writeback_fd: int | None = None
         self.unwritten = 0  # bytes committed since writing back was last asked for
+        # Opening, using and closing writeback_fd: a store closed while another
+        # thread asks must neither leak a descriptor nor have its number reused.
+        self.writeback_lock = threading.Lock()
         self.gate = _Gate()
         self.refs = 0
         # Snapshots holding a read transaction: py-lmdb ends every transaction
@@ -430,17 +433,28 @@ class _SharedEnv:
             self._start_writeback()
 
     def _start_writeback(self) -> None:
-        fd = self.writeback_fd
-        if fd is None:
-            try:
-                fd = os.open(self.writeback_file, os.O_RDONLY | os.O_CLOEXEC)  # type: ignore[arg-type]
-            except OSError:
-                self.writeback_file = None  # advice only: carry on without it
+        with self.writeback_lock:
+            path = self.writeback_file
+            if path is None:  # closed meanwhile, or no descriptor to be had
                 return
-            self.writeback_fd = fd
-        assert _SYNC_FILE_RANGE is not None
-        # The whole file: only its dirty pages not being written yet are queued.
-        _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+            fd = self.writeback_fd
+            if fd is None:
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    self.writeback_file = None  # advice only: carry on without it
+                    return
+                self.writeback_fd = fd
+            assert _SYNC_FILE_RANGE is not None
+            # The whole file: only its dirty pages not being written yet are queued.
+            _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+
+    def _stop_writeback(self) -> None:
+        with self.writeback_lock:
+            self.writeback_file = None
+            fd, self.writeback_fd = self.writeback_fd, None
+        if fd is not None:
+            os.close(fd)
 
     def sync(self) -> None:
         with self.gate.shared():
@@ -449,9 +463,7 @@ class _SharedEnv:
 
     def close(self) -> None:
         with self.gate.exclusive():
-            if self.writeback_fd is not None:
-                os.close(self.writeback_fd)
-                self.writeback_fd = None
+            self._stop_writeback()
             if not self.readonly:
                 self.env.sync(True)
             if os.getpid() != self.pid:
@@ -610,6 +622,7 @@ def _after_fork_in_child() -> None:
     _ENVIRONMENTS_LOCK = threading.RLock()
     for shared in _ENVIRONMENTS.values():
         shared.gate = _Gate()
+        shared.writeback_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
