@@ -119,6 +119,16 @@ _PREFETCH_BYTES = 256 << 10
 # writes without the close that follows lose 15-30% (64 KiB sets).  Asking
 # every 16 or 64 MiB, or from a thread of its own, measured no better.
 _WRITEBACK_BYTES = 4 << 20
+# Only values of at least this size count (_large_bytes).  Where values are
+# large the disk's time dominates, and starting it early halves what a write
+# and its close take (zarr 3, 64 MiB in 4 MiB chunks, bench_zarr at load
+# 1.5-2, 3 rounds each of two runs: 410-1,088 MiB/s before, 439-1,616 after,
+# most rounds 440 against 530-1,600).  Where they are small the writes' own
+# CPU dominates: 64 KiB chunks wrote and closed no faster (224-276 against
+# 244-259 MiB/s) while sets timed without their close lost 30% (64 KiB sets
+# awaited one by one 24,000 -> 16,000 keys/s), so small values leave it all to
+# the flush.  A setitems of many small values counts none of them.
+_WRITEBACK_VALUE_BYTES = 1 << 20
 
 # Errors by which LMDB says the file is not a sound environment.
 _CORRUPT = (
@@ -420,7 +430,8 @@ class _SharedEnv:
                 self.map_size = self.env.info()["map_size"]
 
     def committed(self, nbytes: int) -> None:
-        """Count ``nbytes`` just committed; past ``_WRITEBACK_BYTES``, start writing them back.
+        """Count ``nbytes`` of large values just committed; past ``_WRITEBACK_BYTES``,
+        start writing them back (see ``_WRITEBACK_VALUE_BYTES``).
 
         Called outside the gate: the request touches the file, not the map.
         Threads may race on the count; it only decides when to ask.
@@ -724,12 +735,13 @@ class LMDBStore(Store):
         mode, may even leave the file corrupt if the disk reordered writes;
         ``True`` flushes every commit, which rules both out.  On Linux, with
         ``sync=False`` and no ``writemap``, the store asks the kernel to start
-        writing the file to disk every 4 MiB committed (``sync_file_range``,
-        which waits for nothing), so the flush at ``close()`` waits for
-        little more than the last 4 MiB instead of for everything written;
-        neither promise changes (the kernel writes dirty pages back on its
-        own within about 30 s anyway); the writes meanwhile run somewhat
-        slower (15-30% for many small sets, timed without the close).
+        writing the file to disk every 4 MiB committed in values of 1 MiB or
+        more (``sync_file_range``, which waits for nothing), so the flush at
+        ``close()`` waits for little more than the last 4 MiB of them
+        instead of for everything written; neither promise changes (the
+        kernel writes dirty pages back on its own within about 30 s anyway).
+        Smaller values are left to the flush: for them the writes' own CPU,
+        not the disk, is what a write and its close take.
     lock : bool
         ``True`` (default) uses LMDB's locks so several processes may read and
         write.  ``False`` leaves all coordination between processes to the
@@ -966,13 +978,15 @@ class LMDBStore(Store):
 
     # --------------------------------------------------------- transactions
     def _run(
-        self, work: Callable[[lmdb.Transaction], T], *, write: bool = False, payload: int = 0
+        self, work: Callable[[lmdb.Transaction], T], *, write: bool = False, payload: int = 0,
+        large: int = 0,
     ) -> T:
         """Run ``work`` in one transaction, growing or re-adopting the map as needed.
 
         Read transactions use ``buffers=True`` (values are views of the map),
         so ``work`` must copy what it returns.  ``payload`` is the number of
-        bytes a write adds, to grow the map enough in one step.
+        bytes a write adds, to grow the map enough in one step; ``large`` the
+        bytes of its large values, counted for early writeback once it commits.
         """
         shared = self._shared
         assert shared is not None
@@ -988,8 +1002,8 @@ class LMDBStore(Store):
                     else:
                         problem = None
                 if problem is None:
-                    if write and payload:
-                        shared.committed(payload)
+                    if large:
+                        shared.committed(large)
                     return result
                 if isinstance(problem, lmdb.MapFullError):
                     shared.grow(seen, payload)
@@ -1119,17 +1133,22 @@ class LMDBStore(Store):
             done = False
         finally:
             gate.leave_shared()
+        large = len(value) if len(value) >= _WRITEBACK_VALUE_BYTES else 0
         if done:
-            shared.committed(len(value))  # type: ignore[union-attr]
+            if large:
+                shared.committed(large)  # type: ignore[union-attr]
             return
 
         def work(txn: lmdb.Transaction) -> None:
             txn.put(encoded, value)
 
+        def attempt() -> None:
+            self._run(work, write=True, payload=len(value), large=large)
+
         try:
-            self._run(work, write=True, payload=len(value))
+            attempt()
         except StoreFullError:
-            self._after_nudge(lambda: self._run(work, write=True, payload=len(value)))
+            self._after_nudge(attempt)
 
     def _delete(self, key: str) -> None:
         def work(txn: lmdb.Transaction) -> None:
@@ -1169,7 +1188,8 @@ class LMDBStore(Store):
                 txn.put(key.encode(), value)
 
         def attempt() -> None:
-            self._run(work, write=True, payload=sum(len(value) for _, value in items))
+            self._run(work, write=True, payload=sum(len(value) for _, value in items),
+                      large=_large_bytes(value for _, value in items))
 
         try:
             attempt()
@@ -1316,7 +1336,8 @@ class LMDBStore(Store):
                     txn.put(key.encode(), value)
 
         def attempt() -> None:
-            self._run(work, write=True, payload=changes.nbytes)
+            self._run(work, write=True, payload=changes.nbytes,
+                      large=_large_bytes(changes.writes.values()))
 
         try:
             attempt()
@@ -1507,6 +1528,12 @@ class _LMDBSnapshot(LMDBStore):
 
     def __repr__(self) -> str:
         return f"LMDBStore({self._path!r}, snapshot)"
+
+
+def _large_bytes(values: Iterable[Buffer | None]) -> int:
+    """The bytes of the values early writeback counts (``_WRITEBACK_VALUE_BYTES``)."""
+    return sum(len(value) for value in values
+               if value is not None and len(value) >= _WRITEBACK_VALUE_BYTES)
 
 
 def _keys_under(cursor: lmdb.Cursor, prefix: bytes) -> Iterable[Any]:
