@@ -593,8 +593,9 @@ def test_views_see_every_commit_before_them(tmp_path):
     other = LMDBStore(tmp_path / "v.lmdb")  # the same environment, another handle
     kept = []
     for number in range(50):
-        other["k"] = bytes([number]) * (32 * KiB)
+        other["k"] = bytes([number]) * (64 * KiB)
         kept.append(store.getview("k"))
+        assert isinstance(kept[-1], memoryview)
         assert bytes(kept[-1][:1]) == bytes([number])
     assert [bytes(view[:1])[0] for view in kept] == list(range(50))
     assert bytes(store.getviews(["k", "missing"])["k"][:1]) == bytes([49])
@@ -622,8 +623,8 @@ def test_thousands_of_views_alive_do_not_use_up_the_readers(tmp_path):
     path = tmp_path / "v.lmdb"
     store = LMDBStore(path, max_readers=64)
     views = []
-    for number in range(3000):
-        store[f"k/{number % 10}"] = number.to_bytes(4, "little") * (5 * KiB)
+    for number in range(2000):
+        store[f"k/{number % 10}"] = number.to_bytes(4, "little") * (16 * KiB)  # 64 KiB
         views.append(store.getview(f"k/{number % 10}"))
     assert all(bytes(view[:4]) == number.to_bytes(4, "little")
                for number, view in enumerate(views))
@@ -639,9 +640,10 @@ def test_thousands_of_views_alive_do_not_use_up_the_readers(tmp_path):
 
 def test_small_values_are_copied_and_snapshots_copy(tmp_path):
     store = LMDBStore(tmp_path / "v.lmdb")
-    store["small"] = b"x" * 100
+    store["small"] = b"x" * (64 * KiB - 1)  # below 64 KiB a copy costs less than a view
     store["big"] = b"y" * (64 * KiB)
     assert isinstance(store.getview("small"), bytes)
+    assert isinstance(store.getview("big"), memoryview)
     with store.snapshot() as snapshot:
         assert isinstance(snapshot.getview("big"), bytes)
         assert isinstance(snapshot.getviews(["big"])["big"], bytes)

@@ -151,7 +151,7 @@ class Zarr2Store(Adapter, BaseStore):
         """Values of the keys that exist, read in one batch (contexts are not needed).
 
         The values are the store's read-only ``getviews`` (LMDB: zero-copy
-        views of its map for values of 16 KiB or more, each holding its read
+        views of its map for values of 64 KiB or more, each holding its read
         transaction while zarr uses it), as zarr-python 2's own ``LMDBStore``
         hands out buffers; zarr only decodes or copies them.
         """
