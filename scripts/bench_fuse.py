@@ -164,35 +164,60 @@ def unmount(mountpoint: Path) -> None:
                    check=False)
 
 
-def serve_anchor(mountpoint: str, files: int, file_kib: int) -> None:
-    """A plain mfusepy filesystem serving ``small/0..files-1`` from memory (no zfuse code)."""
+def memory_file_system(contents: dict[str, bytes], file_mode: int, folder_mode: int) -> Any:
+    """Plain mfusepy operations (no zfuse code) serving ``/small/<name>`` from ``contents``.
+
+    ``contents`` maps ``/small/<name>`` to the file's bytes; the anchor and the
+    floors mount it, each with its own libfuse and options.
+    """
     import errno
     import stat
 
     import mfusepy
 
-    small = os.urandom(file_kib << 10)
-    contents = {f"/small/{i}": small for i in range(files)}
+    folder = {"st_mode": stat.S_IFDIR | folder_mode, "st_nlink": 2}
+    attrs = {path: {"st_mode": stat.S_IFREG | file_mode, "st_nlink": 1, "st_size": len(value)}
+             for path, value in contents.items()}
+    names = [path.rsplit("/", 1)[1] for path in contents]
 
-    class Plain(mfusepy.Operations):
+    class InMemory(mfusepy.Operations):
         use_ns = True
 
         def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
             if path in ("/", "/small"):
-                return {"st_mode": stat.S_IFDIR | 0o755, "st_nlink": 2}
-            if path in contents:
-                return {"st_mode": stat.S_IFREG | 0o644, "st_nlink": 1,
-                        "st_size": len(contents[path])}
-            raise mfusepy.FuseOSError(errno.ENOENT)
+                return folder
+            try:
+                return attrs[path]
+            except KeyError:
+                raise mfusepy.FuseOSError(errno.ENOENT) from None
 
         def readdir(self, path: str, fh: int) -> list[str]:
-            return [".", ".."] + ([p.rsplit("/", 1)[1] for p in contents]
-                                  if path == "/small" else ["small"])
+            return [".", "..", *(names if path == "/small" else ["small"])]
 
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
             return contents[path][offset:offset + size]
 
-    mfusepy.FUSE(Plain(), mountpoint, foreground=True)
+    return InMemory
+
+
+def serve_anchor(mountpoint: str, files: int, file_kib: int) -> None:
+    """A plain mfusepy filesystem serving ``small/0..files-1`` from memory (no zfuse code)."""
+    import mfusepy
+
+    small = os.urandom(file_kib << 10)
+    operations = memory_file_system({f"/small/{i}": small for i in range(files)}, 0o644, 0o755)
+    mfusepy.FUSE(operations(), mountpoint, foreground=True)
+
+
+def wait_for_mount(process: subprocess.Popen[bytes], mountpoint: Path, seconds: float,
+                   what: str, poll: float = 0.005) -> None:
+    """Return once ``mountpoint`` is mounted; exit naming ``what`` if ``process`` ends first
+    or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while not os.path.ismount(mountpoint):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not mount")
+        time.sleep(poll)
 
 
 def start_anchor(mountpoint: Path, args: argparse.Namespace) -> subprocess.Popen[bytes]:
@@ -201,11 +226,7 @@ def start_anchor(mountpoint: Path, args: argparse.Namespace) -> subprocess.Popen
     process = subprocess.Popen([sys.executable, __file__, "--serve-anchor", str(mountpoint),
                                 "--files", str(args.files), "--file-kib", str(args.file_kib)],
                                env=env)
-    deadline = time.monotonic() + 60
-    while not os.path.ismount(mountpoint):
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("the anchor filesystem did not mount")
-        time.sleep(0.05)
+    wait_for_mount(process, mountpoint, 60, "the anchor filesystem", poll=0.05)
     return process
 
 
@@ -398,8 +419,6 @@ class Mounted:
 
 def serve_floor(mountpoint: str, archive: str, variant: str) -> None:
     """Serve ``archive``'s ``small/`` members from a dict with plain mfusepy (see ``FLOORS``)."""
-    import errno
-    import stat
     import zipfile
 
     from zfuse._libfuse import load_mfusepy
@@ -411,36 +430,16 @@ def serve_floor(mountpoint: str, archive: str, variant: str) -> None:
     with zipfile.ZipFile(archive) as opened:
         contents = {f"/{name}": opened.read(name) for name in opened.namelist()
                     if name.startswith("small/")}
-    folder = {"st_mode": stat.S_IFDIR | 0o555, "st_nlink": 2}
-    attrs = {path: {"st_mode": stat.S_IFREG | 0o444, "st_nlink": 1, "st_size": len(value)}
-             for path, value in contents.items()}
-    names = [path.rsplit("/", 1)[1] for path in contents]
+    in_memory = memory_file_system(contents, 0o444, 0o555)
 
-    class Floor(mfusepy.Operations):
-        use_ns = True
-
-        def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
-            if path in ("/", "/small"):
-                return folder
-            try:
-                return attrs[path]
-            except KeyError:
-                raise mfusepy.FuseOSError(errno.ENOENT) from None
-
-        def readdir(self, path: str, fh: int) -> list[str]:
-            return [".", "..", *(names if path == "/small" else ["small"])]
-
-        def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
-            return contents[path][offset:offset + size]
-
-    class FloorWithHandles(Floor):
+    class WithHandles(in_memory):  # type: ignore[misc, valid-type]
         def open(self, path: str, flags: int) -> int:
             return 0
 
         def release(self, path: str, fh: int) -> int:
             return 0
 
-    operations = FloorWithHandles() if variant == "open/release" else Floor()
+    operations = WithHandles() if variant == "open/release" else in_memory()
     mfusepy.FUSE(operations, mountpoint, foreground=True, **fuse_options(read_only=True))
 
 
@@ -474,11 +473,7 @@ def mount_archive(kind: str, archive: Path, mountpoint: Path, index: Path) -> Mo
     if kind in FLOORS:
         process = subprocess.Popen([sys.executable, __file__, "--serve-floor", str(mountpoint),
                                     "--floor", FLOORS[kind], "--archive", str(archive)])
-        deadline = time.monotonic() + 120
-        while not os.path.ismount(mountpoint):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the {kind} did not mount")
-            time.sleep(0.005)
+        wait_for_mount(process, mountpoint, 120, f"the {kind}")
         os.stat(mountpoint / "small")  # answers
         return Mounted(mountpoint, process.pid, time.perf_counter() - start, process)
     if kind == "ratarmount":
@@ -488,11 +483,7 @@ def mount_archive(kind: str, archive: Path, mountpoint: Path, index: Path) -> Mo
         process = subprocess.Popen([*command, "-f", "--index-folders", str(index), str(archive),
                                     str(mountpoint)], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 300
-        while not os.path.ismount(mountpoint):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("ratarmount did not mount the archive")
-            time.sleep(0.005)
+        wait_for_mount(process, mountpoint, 300, "ratarmount (the archive)")
         os.stat(mountpoint / "big")  # answers
         return Mounted(mountpoint, process.pid, time.perf_counter() - start, process)
     options = ("--read-only",) if kind == "zfuse read-only" else ()

@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench_common import missing_peers
+from bench_common import BENCHMARKS_MD, missing_peers, record_section
 from bench_worker import FLOOR_ROWS, remove_listing_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -337,16 +337,13 @@ def record_floor(text: str) -> None:
     """
     if not text:
         return
-    path = ROOT / "docs" / "benchmarks.md"
-    document = path.read_text()
-    if FLOOR_BEGIN not in document:
-        head, tail = document.split(MARK_END, 1)
-        document = f"{head}{MARK_END}\n\n{FLOOR_BEGIN}\n{FLOOR_END}{tail}"
-    head, rest = document.split(FLOOR_BEGIN, 1)
-    old, tail = rest.split(FLOOR_END, 1)
+    document = BENCHMARKS_MD.read_text()
+    if FLOOR_BEGIN not in document:  # its place: right after the main table's section
+        document = document.replace(MARK_END, f"{MARK_END}\n\n{FLOOR_BEGIN}\n{FLOOR_END}", 1)
+        BENCHMARKS_MD.write_text(document)
+    old = document.split(FLOOR_BEGIN, 1)[1].split(FLOOR_END, 1)[0]
     notes = [line for line in old.splitlines() if line.startswith("Recorded ")]
-    path.write_text(f"{head}{FLOOR_BEGIN}\n{text}\n" + "".join(f"\n{n}\n" for n in notes)
-                    + f"{FLOOR_END}{tail}")
+    record_section(FLOOR_BEGIN, FLOOR_END, text + "".join(f"\n\n{note}" for note in notes))
 
 
 def measured_no_more(line: str) -> bool:
