@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import zfuse
+import zstores
 from zfuse.mount import READ_AHEAD_KIB
 from zfuse.operations import ReadOnlyOperations
 from zstores import DirectoryStore, MemoryStore, NestedDirectoryStore
@@ -65,15 +66,18 @@ read_only_or_not = pytest.mark.parametrize("read_only", [False, True], ids=["rw"
 
 
 @read_only_or_not
-def test_large_value_is_read_in_ranges_not_whole_per_piece(mountpoint: Path,
-                                                            read_only: bool) -> None:
+def test_large_value_is_read_once_per_open_not_per_piece(mountpoint: Path,
+                                                         read_only: bool) -> None:
+    # A store with no cheaper way to pin a version (Memory, Redis, MongoDB)
+    # pins it by reading it whole at open: one read per open file, never
+    # one per 128 KiB request.
     store = CountingStore()
     data = os.urandom(24 << 20)
     store["big"] = data
     with zfuse.mounted(store, mountpoint, read_only=read_only) as m:
-        for _ in range(2):  # a second reader starts its own sequential run
-            store.range_reads.clear()
-            drop_page_cache(Path(m.path) / "big")
+        for _ in range(2):  # a second open pins again
+            drop_page_cache(Path(m.path) / "big")  # (which opens the file too)
+            store.whole_reads.clear()
             fd = os.open(Path(m.path) / "big", os.O_RDONLY)
             try:
                 pieces = [os.pread(fd, 128 << 10, offset)
@@ -81,11 +85,38 @@ def test_large_value_is_read_in_ranges_not_whole_per_piece(mountpoint: Path,
             finally:
                 os.close(fd)
             assert b"".join(pieces) == data
-            assert store.whole_reads == []
-            fetched = sum(min(n or len(data), len(data) - start)
-                          for _, start, n in store.range_reads)
-            assert len(data) <= fetched <= 2 * len(data)
-            assert len(store.range_reads) < len(pieces) // 4  # growing windows
+            assert store.whole_reads == ["big"]
+            assert store.range_reads == []
+
+
+def test_a_folder_store_reads_a_pinned_file_in_growing_windows(mountpoint: Path,
+                                                              tmp_path: Path) -> None:
+    # A folder store pins by descriptor: reads are preads in windows that
+    # grow, never the whole value per request.
+    store = zstores.DirectoryStore(tmp_path / "d")
+    data = os.urandom(24 << 20)
+    store["big"] = data
+    with zfuse.mounted(store, mountpoint) as m:
+        ops = m.operations
+        fetched: list[int] = []
+        real = zfuse.handles.Handle._fetch
+
+        def counting(self, store, size, offset):  # type: ignore[no-untyped-def]
+            found = real(self, store, size, offset)
+            fetched.append(len(found[0]))
+            return found
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(zfuse.handles.Handle, "_fetch", counting)
+            fd = os.open(Path(m.path) / "big", os.O_RDONLY)
+            try:
+                pieces = [os.pread(fd, 128 << 10, offset)
+                          for offset in range(0, len(data), 128 << 10)]
+            finally:
+                os.close(fd)
+        assert b"".join(pieces) == data and ops is m.operations
+        assert len(data) <= sum(fetched) <= 2 * len(data)
+        assert len(fetched) < len(pieces) // 4  # growing windows
 
 
 @read_only_or_not
@@ -104,14 +135,25 @@ def test_store_without_range_reads_is_fetched_once_per_open(mountpoint: Path,
 @read_only_or_not
 def test_a_file_read_again_within_attr_timeout_comes_from_the_page_cache(
         mountpoint: Path, read_only: bool) -> None:
+    # The second open pins the same version (a digest of the value says so),
+    # so the kernel keeps its pages: no read reaches the daemon.
     store = CountingStore()
     store["k"] = os.urandom(1 << 20)
     with zfuse.mounted(store, mountpoint, attr_timeout=30, read_only=read_only) as m:
+        ops = m.operations
+        reads: list[int] = []
+        real = ops.read_view
+
+        def counting(*args):  # type: ignore[no-untyped-def]
+            reads.append(args[2])
+            return real(*args)
+
+        ops.read_view = counting
         path = Path(m.path) / "k"
         assert path.read_bytes() == store["k"]
-        reads = len(store.range_reads)
+        first = len(reads)
         assert path.read_bytes() == store["k"]
-        assert len(store.range_reads) == reads > 0
+        assert len(reads) == first > 0
 
 
 def test_read_only_mount_with_kernel_cache_leaves_open_and_close_to_libfuse(

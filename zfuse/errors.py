@@ -37,7 +37,7 @@ log = logging.getLogger("zfuse")
 # EACCES); any other failure is EIO with a log line.
 _PASS_THROUGH = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENAMETOOLONG, errno.EACCES, errno.EPERM,
-     errno.EROFS}
+     errno.EROFS, errno.ESTALE}
 )
 
 # Errnos that are answers, not failures: no log line for them.

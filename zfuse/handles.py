@@ -14,14 +14,19 @@ try again behind its back (a retry that succeeded once room was freed
 would store a value its writer was told was not saved).  The store keeps
 the value it had; a later write or ``fsync`` on the same handle tries anew.
 
+A handle opened for reading pins one version of its key at ``open``
+(``pin``: ``Store.open_reader``) and reads only that version until it is
+released, whatever is written meanwhile through the mount or any other
+door: a file read in many requests is one whole version, never a mix
+(see ``zfuse.coherence`` for the kernel's side of it).  A value held in
+memory is served as it is; a pinned file or snapshot is read in windows
+that grow up to ``MAX_WINDOW`` for a sequential reader, so a value read in
+the kernel's 128 KiB requests costs a few reads, never one per request.
+
 Through the mount, a key being written shows the most recently written
-pending buffer (its size, its bytes), which is what the kernel believes the
-file holds while writes are under way.  Otherwise a handle reads through the
-store's byte-range read and keeps the last piece it fetched: a sequential
-reader gets windows that grow up to ``MAX_WINDOW``, so a value read in the
-kernel's 128 KiB requests costs a few store round trips, never one whole
-value per request.  A store without range reads is read whole, once per
-open file.
+pending buffer (its size, its bytes) to handles opened while it is pending,
+which is what the kernel believes the file holds while writes are under
+way; a handle pinned before the writes began keeps its version.
 """
 
 from __future__ import annotations
@@ -30,13 +35,18 @@ import os
 import threading
 
 from zstores import Store
+from zstores.readers import ValueReader
 
-__all__ = ["MAX_WINDOW", "MIN_WINDOW", "Handle", "OpenFile"]
+__all__ = ["IDENTITY_DIGEST_LIMIT", "MAX_WINDOW", "MIN_WINDOW", "Handle", "OpenFile"]
 
 #: The first read-ahead window of a sequential reader, in bytes.
 MIN_WINDOW = 256 << 10
 #: The largest read-ahead window, in bytes.
 MAX_WINDOW = 4 << 20
+#: A pinned value held in memory up to this size is identified by a digest when
+#: its backend has no version token (a 64 KiB value: ~70 us), so the kernel may
+#: keep its pages across opens while it is unchanged; larger ones never.
+IDENTITY_DIGEST_LIMIT = 1 << 20
 
 
 class OpenFile:
@@ -73,7 +83,7 @@ class OpenFile:
     """
 
     __slots__ = ("created", "key", "lock", "mtime_explicit", "orphaned", "refs", "snapshot",
-                 "whole", "writers")
+                 "writers")
 
     def __init__(self, key: str, *, created: bool = False) -> None:
         self.key = key
@@ -83,7 +93,6 @@ class OpenFile:
         self.writers: list[Handle] = []
         self.orphaned = False
         self.snapshot: bytes | None = None
-        self.whole: bytes | None = None  # the whole value, for stores without range reads
         self.mtime_explicit = False
 
     @property
@@ -158,13 +167,6 @@ class OpenFile:
                     self.snapshot = b""
             self.orphaned = True
 
-    def whole_value(self, store: Store) -> bytes:
-        """The whole value, fetched once (for stores without range reads)."""
-        whole = self.whole
-        if whole is None:
-            whole = self.whole = bytes(store[self.key])
-        return whole
-
 
 class Handle:
     """One open file descriptor of the mount: its write buffer and its read window.
@@ -182,7 +184,17 @@ class Handle:
     flags : int
         The ``open`` flags.
     ranged : bool
-        The store reads byte ranges without fetching the whole value.
+        The store reads byte ranges without fetching the whole value (used
+        by a handle that reads without a pinned version).
+
+    Attributes
+    ----------
+    pinned : ValueReader or None
+        The version this handle reads (``pin``), until ``unpin``.
+    identity : hashable or None
+        The pinned version's identity, as the kernel cache knows it.
+    direct : bool
+        The kernel reads this handle with ``direct_io`` (past its page cache).
 
     Examples
     --------
@@ -190,12 +202,15 @@ class Handle:
     >>> store = MemoryStore()
     >>> store["k"] = bytes(range(10))
     >>> h = Handle(OpenFile("k"), os.O_RDONLY, ranged=True)
-    >>> h.read(store, 4, 2)
-    b'\\x02\\x03\\x04\\x05'
+    >>> h.pin(store)
+    >>> store["k"] = b"rewritten"
+    >>> h.read(store, 4, 2), h.pinned.size
+    (b'\\x02\\x03\\x04\\x05', 10)
+    >>> h.unpin()
     """
 
-    __slots__ = ("ahead", "append", "buffer", "dirty", "failed", "file", "lock", "ranged",
-                 "window")
+    __slots__ = ("ahead", "append", "buffer", "direct", "dirty", "failed", "file", "identity",
+                 "lock", "pinned", "ranged", "window")
 
     def __init__(self, file: OpenFile, flags: int, *, ranged: bool) -> None:
         self.file = file
@@ -207,6 +222,22 @@ class Handle:
         self.window: tuple[int, bytes, bool] | None = None  # start, data, reaches the end
         self.ahead = 0
         self.lock = threading.Lock()
+        self.pinned: ValueReader | None = None
+        self.identity: object = None
+        self.direct = False
+
+    # ------------------------------------------------------------ versions
+    def pin(self, store: Store) -> None:
+        """Pin the version of the key the store holds now (KeyError if none)."""
+        self.pinned = store.open_reader(self.file.key)
+        self.identity = self.pinned.identity(IDENTITY_DIGEST_LIMIT)
+
+    def unpin(self) -> None:
+        """Release the pinned version (its descriptor, transaction or bytes)."""
+        pinned, self.pinned = self.pinned, None
+        self.window = None
+        if pinned is not None:
+            pinned.close()
 
     # ------------------------------------------------------------ writing
     def _buffer(self, store: Store) -> bytearray:
@@ -280,7 +311,6 @@ class Handle:
             self.dirty = False
             self.failed = False
             file.created = False
-            file.whole = None
             file.superseded_by(self)
             return True
 
@@ -288,9 +318,9 @@ class Handle:
     def read(self, store: Store, size: int, offset: int) -> bytes:
         """``size`` bytes at ``offset`` (fewer at the end of the value)."""
         data, start, length = self.read_view(store, size, offset)
-        if start == 0 and length == len(data):
+        if start == 0 and length == len(data) and type(data) is bytes:
             return data
-        return data[start:start + length]
+        return bytes(data[start:start + length])
 
     def read_view(self, store: Store, size: int, offset: int) -> tuple[bytes, int, int]:
         """Where the bytes asked for are: ``(data, start, length)``, without copying them.
@@ -303,12 +333,17 @@ class Handle:
             with file.lock:
                 data = bytes(self.buffer[offset:offset + size])
             return data, 0, len(data)
-        if file.pending:
+        pinned = self.pinned
+        if pinned is not None:
+            if pinned.in_memory:  # the whole value: no window to keep
+                whole = pinned.read(0, pinned.size)
+                return whole, min(offset, pinned.size), max(0, min(size, pinned.size - offset))
+        elif file.pending:
             data = file.read_current(size, offset)
             if data is not None:
                 return data, 0, len(data)
-        if not self.ranged:
-            whole = file.whole_value(store)
+        if pinned is None and not self.ranged:
+            whole = bytes(store[file.key])
             return whole, min(offset, len(whole)), max(0, min(size, len(whole) - offset))
         found = self._from_window(size, offset)
         if found is not None:
@@ -343,7 +378,9 @@ class Handle:
         else:
             self.ahead = 0
         want = max(size, self.ahead)
-        data = store.get_range(self.file.key, offset, want)
+        pinned = self.pinned
+        data = (pinned.read(offset, want) if pinned is not None
+                else store.get_range(self.file.key, offset, want))
         # Kept even when it holds no more than was asked for: it marks where
         # this reader is, so a new sequential run starting here is seen as one.
         self.window = (offset, data, len(data) < want)

@@ -277,7 +277,8 @@ def mount(
         return _mount_checked(store, path, read_only=read_only, foreground=foreground,
                               attr_timeout=attr_timeout, allow_other=allow_other,
                               extra=dict(fuse_options_extra or {}), fsname=fsname,
-                              on_ready=on_ready, label=label, owned=snapshot)
+                              on_ready=on_ready, label=label, owned=snapshot,
+                              immutable=snapshot)
     except BaseException:
         if snapshot:
             store.close()
@@ -303,8 +304,9 @@ def snapshot_of(store: Store) -> Store:
 def _mount_checked(store: Store, path: str, *, read_only: bool, foreground: bool,
                    attr_timeout: float, allow_other: bool, extra: dict[str, Any], fsname: str,
                    on_ready: Callable[[], None] | None, label: str | None,
-                   owned: bool) -> Mount | None:
-    """``mount`` after its checks; ``owned``: close ``store`` when the mount ends."""
+                   owned: bool, immutable: bool = False) -> Mount | None:
+    """``mount`` after its checks; ``owned``: close ``store`` when the mount ends;
+    ``immutable``: nobody changes it while mounted (a snapshot)."""
     from ._fuse import fuse_class
     from .operations import operations_for
 
@@ -323,7 +325,7 @@ def _mount_checked(store: Store, path: str, *, read_only: bool, foreground: bool
     operations = operations_for(store, read_only=read_only, attr_timeout=attr_timeout,
                                 kernel_cache=bool(extra.get("kernel_cache") or
                                                   extra.get("auto_cache")),
-                                on_ready=ready)
+                                immutable=immutable, on_ready=ready)
     options = fuse_options(read_only=operations.read_only, attr_timeout=attr_timeout,
                            allow_other=allow_other, fsname=fsname, extra=extra)
 

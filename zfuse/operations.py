@@ -106,6 +106,11 @@ class StoreOperations(mfusepy.Operations):
         # The view's methods on the hot path, bound once.
         self._stat = view.stat
         self._file_stat = view.file_stat
+        self._size_to_report = view.kernel.size_to_report
+        #: Nobody changes the store while mounted (a snapshot): no version to pin.
+        self.immutable = False
+        if self.read_only:
+            self.flush = None  # nothing to write back: libfuse answers close itself
         self._identity = view.identities.of
 
     def describe_call(self, args: tuple[Any, ...]) -> str:
@@ -139,12 +144,25 @@ class StoreOperations(mfusepy.Operations):
                 file = handle.file
                 if handle.buffer is not None:
                     return self._file_stat(file.key, len(handle.buffer))
+                pinned = handle.pinned
+                if pinned is not None:  # the size of the version it reads
+                    return self._file_stat(file.key,
+                                           self._size_to_report(file.key, pinned.size))
                 if file.pending:
                     return self._file_stat(file.key, file.size())
                 return self._stat(file.key)
         if path is None:
             raise fail(errno.ENOENT)
-        return self._stat(path[1:])
+        key = path[1:]
+        attrs = self._stat(key)
+        if (attrs["st_mode"] & stat.S_IFREG and not self.immutable
+                and self.view.pending(key) is None):
+            # The kernel cuts cached reads at the size it is told: while files
+            # read a version through the page cache, that version's size.
+            size = self._size_to_report(key, attrs["st_size"])
+            if size != attrs["st_size"]:
+                return self._file_stat(key, size)
+        return attrs
 
     @fuse_operation
     def statfs(self, path: str) -> dict[str, int]:
@@ -205,9 +223,19 @@ class StoreOperations(mfusepy.Operations):
             raise fail(errno.EROFS)
         key = path[1:]
         handle = self._open_handle(key, flags)
-        if writing and flags & os.O_TRUNC:
-            handle.truncate(self.store, 0)
-        fi.keep_cache = self.view.keep_cache(key, handle.file)
+        try:
+            if writing and flags & os.O_TRUNC:
+                handle.truncate(self.store, 0)
+            if flags & os.O_ACCMODE != os.O_WRONLY and not handle.file.pending:
+                handle.pin(self.store)  # the version this open file reads (ENOENT if gone)
+                keep, handle.direct = self.view.kernel.opened(key, handle.identity,
+                                                              handle.pinned.size)
+                fi.keep_cache, fi.direct_io = int(keep), int(handle.direct)
+            else:
+                fi.keep_cache = 0  # pending writes: pages of no committed version
+        except BaseException:
+            self._release(handle, commit=False)
+            raise
         fh = next(self._next_handle)
         self._handles[fh] = handle
         fi.fh = fh
@@ -293,12 +321,22 @@ class StoreOperations(mfusepy.Operations):
             self._release(handle)
         return 0
 
-    def _release(self, handle: Handle) -> None:
+    def _release(self, handle: Handle, *, commit: bool = True) -> None:
         """Write what the handle left unsaved, then forget it (and its file, if last).
 
         Not after a failed commit the writer was told of (``close`` returned
         the error): a retry here could store a value its writer believes lost.
         """
+        file = handle.file
+        if handle.pinned is not None:
+            self.view.kernel.closed(handle.pinned.key, handle.identity, direct=handle.direct)
+            handle.unpin()
+        if commit:
+            self._commit_at_release(handle)
+        file.forget_writer(handle)
+        self.view.close_file(file)
+
+    def _commit_at_release(self, handle: Handle) -> None:
         file = handle.file
         if handle.failed:
             log.warning("%r keeps its previous value: the writes of a closed handle were not "
@@ -309,8 +347,6 @@ class StoreOperations(mfusepy.Operations):
             except Exception as error:  # noqa: BLE001 - nobody is left to tell but the log
                 log.error("writing %r failed when its handle closed: %s: %s", file.key,
                           type(error).__name__, error)
-        file.forget_writer(handle)
-        self.view.close_file(file)
 
     # ---------------------------------------------------------- namespace
     @fuse_operation
@@ -435,17 +471,19 @@ class StoreOperations(mfusepy.Operations):
 
 
 class ReadOnlyOperations(StoreOperations):
-    """The operations of a mount that never writes: no file handles at all.
+    """The operations of a mount of data nobody changes while mounted: no file handles.
 
-    With nothing to write back, ``close`` has nothing to do, so libfuse
-    answers ``flush`` and ``release`` itself without calling into Python, and
-    reads find their key by path.  ``open`` only tells the kernel whether it
-    may keep the pages it read before (for ``attr_timeout``, as on a
-    read-write mount).  With ``kernel_cache`` (or ``auto_cache``) even
-    ``open`` leaves Python: libfuse 3 declines it once and the kernel stops
-    sending OPEN, FLUSH and RELEASE altogether; libfuse 2 answers it itself.
-    A warm file is then served entirely by the kernel, but changes made to
-    the store by others may not show until the file drops out of the page cache.
+    For a snapshot (``zfuse mount --snapshot``, ``mount(..., snapshot=True)``)
+    or a store the user declared unchanging with ``kernel_cache``: every
+    version is the only one, so there is nothing to pin and the kernel may
+    keep every page it loaded.  With nothing to write back or release,
+    libfuse answers ``flush`` and ``release`` itself without calling into
+    Python, and reads find their key by path.  With ``kernel_cache`` (or
+    ``auto_cache``) even ``open`` leaves Python: libfuse 3 declines it once
+    and the kernel stops sending OPEN, FLUSH and RELEASE altogether; libfuse
+    2 answers it itself.  A warm file is then served entirely by the kernel.
+    A read-only mount of a store others may change uses ``StoreOperations``
+    with ``read_only=True`` instead, whose open files each pin their version.
 
     Sequential readers of a key share one read window (see ``Handle``), kept
     for the ``_MAX_READERS`` keys read most recently.
@@ -453,13 +491,12 @@ class ReadOnlyOperations(StoreOperations):
     Parameters
     ----------
     store : Store
-        Any zstores store; it must stay open while mounted.
+        A store nobody changes while mounted; it must stay open while mounted.
     attr_timeout : float
-        Seconds metadata (and, for unchanged values, file contents) may be
-        served from caches before the store is asked again.
+        Seconds metadata may be served from caches before the store is asked again.
     kernel_cache : bool
         Keep ``open`` out of Python (mount with libfuse's ``kernel_cache`` or
-        ``auto_cache`` option); only for stores nobody else changes while mounted.
+        ``auto_cache`` option).
     on_ready : callable, optional
         Called once, when the kernel has connected the mount.
 
@@ -487,6 +524,7 @@ class ReadOnlyOperations(StoreOperations):
         on_ready: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(store, read_only=True, attr_timeout=attr_timeout, on_ready=on_ready)
+        self.immutable = True
         self._readers: OrderedDict[str, Handle] = OrderedDict()
         self._readers_lock = threading.Lock()
         if kernel_cache:
@@ -499,11 +537,7 @@ class ReadOnlyOperations(StoreOperations):
     def open(self, path: str, fi: Any) -> int:
         if fi.flags & os.O_ACCMODE != os.O_RDONLY:
             raise fail(errno.EROFS)
-        key = path[1:]
-        fi.keep_cache = keep = self.view.keep_cache(key, None)
-        if not keep:  # the kernel reads afresh: so does the mount
-            with self._readers_lock:
-                self._readers.pop(key, None)
+        fi.keep_cache = 1  # the one version there is
         return 0
 
     def _reader(self, path: str | None, fi: Any) -> Handle:
@@ -533,20 +567,27 @@ def operations_for(
     read_only: bool = False,
     attr_timeout: float = 1.0,
     kernel_cache: bool = False,
+    immutable: bool = False,
     on_ready: Callable[[], None] | None = None,
 ) -> StoreOperations:
-    """The operations for a mount of ``store``: read-only ones when nothing may change.
+    """The operations for a mount of ``store``.
 
-    ``kernel_cache`` (libfuse decides what the kernel keeps) matters only
-    to a read-only mount, which then leaves ``open`` to libfuse too.
+    A read-only mount of data nobody changes while mounted (``immutable``: a
+    snapshot; or ``kernel_cache``, where libfuse decides what the kernel
+    keeps) gets ``ReadOnlyOperations``, without file handles; every other
+    mount, read-only ones included, pins a version per open file.
 
     Examples
     --------
     >>> from zstores import MemoryStore
-    >>> type(operations_for(MemoryStore(), read_only=True)).__name__
+    >>> type(operations_for(MemoryStore(), read_only=True, immutable=True)).__name__
     'ReadOnlyOperations'
+    >>> operations_for(MemoryStore(), read_only=True).read_only
+    True
     """
-    if read_only or store.read_only:
+    read_only = read_only or store.read_only
+    if read_only and (immutable or kernel_cache):
         return ReadOnlyOperations(store, attr_timeout=attr_timeout, kernel_cache=kernel_cache,
                                   on_ready=on_ready)
-    return StoreOperations(store, attr_timeout=attr_timeout, on_ready=on_ready)
+    return StoreOperations(store, read_only=read_only, attr_timeout=attr_timeout,
+                           on_ready=on_ready)

@@ -33,6 +33,7 @@ from typing import Any
 from zstores import Store
 from zstores.errors import InvalidKeyError
 
+from .coherence import KernelCache
 from .errors import FuseOSError, fail
 from .handles import OpenFile
 from .identity import Identities
@@ -187,7 +188,9 @@ class StoreView:
         self._identity = self.identities.of
         self._dirs = LocalDirs()
         self._stats: dict[str, tuple[float, Attrs | None]] = {}
-        self._page_cache: dict[str, float] = {}  # key -> until when its pages may be kept
+        #: What the kernel may hold of each file: the version of its pages,
+        #: the size it believes (see ``zfuse.coherence``).
+        self.kernel = KernelCache(attr_timeout=self.attr_timeout)
         self._flat: dict[str, None] = {}  # big folders of keys, listed by one scan
         self._witness: dict[str, str] = {}  # folder -> a key seen below it
 
@@ -303,33 +306,12 @@ class StoreView:
             entry = stats.get(parent)
             if entry is not None and entry[1] is None:
                 del stats[parent]
-        self._page_cache.pop(key, None)
+        self.kernel.forget(key)
 
     def forget_all(self) -> None:
         """Drop every cached attribute and page (after a folder was renamed)."""
         self._stats.clear()
-        self._page_cache.clear()
-
-    def keep_cache(self, key: str, file: OpenFile | None) -> int:
-        """Whether the kernel may keep the pages it cached at an earlier open.
-
-        For at most ``attr_timeout`` after the pages were loaded (the same
-        bound as for metadata), and never after the mount changed the value:
-        every change through the mount forgets the entry.  Answered from
-        memory, so an ``open`` costs no store round trip.
-        """
-        cache = self._page_cache
-        if (file is not None and file.pending) or self.attr_timeout <= 0:
-            cache.pop(key, None)
-            return 0
-        now = time.monotonic()
-        loaded_until = cache.get(key)
-        if loaded_until is not None and loaded_until > now:
-            return 1
-        if len(cache) >= _MAX_CACHED:
-            cache.clear()
-        cache[key] = now + self.attr_timeout
-        return 0
+        self.kernel.forget_all()
 
     # -------------------------------------------------------------- folders
     def _note_file(self, key: str) -> None:

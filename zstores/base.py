@@ -44,6 +44,7 @@ from .errors import (
     ValueTooLargeError,
 )
 from .keys import child_name, normalize_key, normalize_storage_path, prefix_of
+from .readers import BufferReader, ValueReader
 
 if TYPE_CHECKING:
     from .transactions import ChangeSet, Transaction
@@ -606,6 +607,43 @@ class Store(MutableMapping[str, bytes]):
         {'a': b'xyz'}
         """
         return self._read_many(keys, self._getviews)
+
+    def open_reader(self, key: str) -> ValueReader:
+        """A reader of one version of ``key``'s value, by byte ranges, until closed.
+
+        Every read through it returns bytes of the version current at this
+        call, whatever is written meanwhile, in this process or another: a
+        folder store keeps a descriptor on the file its renames replace,
+        LMDB a read transaction (a zero-copy view), SQLite a read
+        transaction of its own for large values, the other stores the value
+        read whole.  zfuse opens one per open file, so a file read in many
+        requests is one whole version.  Close it when done (or use ``with``):
+        until then it may hold a descriptor, a transaction or the value.
+
+        Raises
+        ------
+        KeyError
+            If ``key`` holds no value.
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> store = MemoryStore()
+        >>> store["a"] = b"old value"
+        >>> with store.open_reader("a") as reader:
+        ...     store["a"] = b"new"
+        ...     reader.size, bytes(reader.read(0, 3))
+        (9, b'old')
+        """
+        if self._closed:
+            self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.open_reader(key)
+        return self._open_reader(self._key(key))
+
+    def _open_reader(self, key: str) -> ValueReader:
+        # The whole value pins its version; a view (LMDB) pins it without a copy.
+        return BufferReader(key, self._getview(key))
 
     def _read_many(self, keys: Iterable[str],
                    fetch: Callable[[list[str]], dict[str, Buffer]]) -> dict[str, Buffer]:

@@ -61,12 +61,14 @@ from ..errors import (
     KeyConflictError,
     StoreExistsError,
     StoreFullError,
+    StoreIOError,
     StoreNotFoundError,
     UnsafePathError,
     UnsupportedOperationError,
     ZStoresError,
 )
 from ..keys import is_chunk_key_segment
+from ..readers import ValueReader
 
 __all__ = ["NAME_MAX", "TEMP_PREFIX", "DirectoryStore", "NestedDirectoryStore"]
 
@@ -543,6 +545,54 @@ def _find_openat2() -> Callable[[int, str, bool], int] | None:
 _openat2 = _find_openat2()
 
 
+
+class _DescriptorReader(ValueReader):
+    """A value pinned by an open descriptor on its file (see ``Store.open_reader``).
+
+    ``version`` is the file's device, inode, size and modification time: a
+    write through the store makes a new file (a new inode), and a program that
+    rewrites the file in place changes its modification time.  Such an in-place rewrite is the one
+    thing a descriptor cannot pin: each read checks the file is unchanged,
+    and raises ``StoreIOError`` (``ESTALE``) rather than return a mix.
+    """
+
+    def __init__(self, store: DirectoryStore, key: str, fd: int) -> None:
+        self.key = key
+        self._store = store
+        self._fd = fd
+        self.version = _file_version(os.fstat(fd))
+        self.size = self.version[2]
+
+    def read(self, start: int, length: int) -> bytes:
+        fd = self._fd
+        if fd < 0:
+            raise ValueError(f"{self!r} is closed")
+        stop = min(start + length, self.size)
+        if stop <= start:
+            return b""
+        try:
+            data = _pread_all(fd, stop - start, start)
+            changed = _file_version(os.fstat(fd)) != self.version
+        except OSError as error:
+            self._store._reraise(error, "read", self.key)
+        if changed or len(data) != stop - start:
+            raise StoreIOError(
+                errno.ESTALE,
+                f"{self.key!r} in {self._store!r} was rewritten in place while open "
+                "(not by the store, which replaces files whole); open it again")
+        return data
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def _file_version(info: os.stat_result) -> tuple[int, int, int, int]:
+    # Not st_ctime: replacing the file by rename unlinks the old inode, which
+    # changes its ctime although its bytes stay as they were.
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
 class DirectoryStore(Store):
     """Keys as files in a folder tree: key ``a/b/c`` is the file ``<path>/a/b/c``.
 
@@ -988,6 +1038,16 @@ class DirectoryStore(Store):
             os.close(fd)
             raise KeyError(key)
         return fd, info.st_size
+
+    def _open_reader(self, key: str) -> ValueReader:
+        # Writes replace a file by rename, so the open descriptor keeps the
+        # version it found readable whole, however many writes follow.
+        fd, _ = self._open_value(key)
+        try:
+            return _DescriptorReader(self, key, fd)
+        except BaseException:
+            os.close(fd)
+            raise
 
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
         fd, size = self._open_value(key)

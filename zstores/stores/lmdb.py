@@ -28,6 +28,7 @@ from ..errors import (
     UnsupportedOperationError,
 )
 from ..keys import normalize_key
+from ..readers import BufferReader, ValueReader
 from ._reserve import SpaceReserve, free_bytes
 
 if TYPE_CHECKING:
@@ -1077,6 +1078,25 @@ class LMDBStore(Store):
             raise KeyError(key)
         return value
 
+    def _open_reader(self, key: str) -> ValueReader:
+        # The value as a view (its read transaction pins the pages) or a
+        # copy; its version is the environment's last commit, when no commit
+        # came between the two looks around the read (then the read saw that
+        # commit's state; a commit in any process changes the id).
+        before = self._last_txnid()
+        value = self._getview(key)
+        return BufferReader(key, value, None if self._last_txnid() != before else
+                            ("lmdb", before))
+
+    def _last_txnid(self) -> int:
+        shared = self._shared
+        gate = shared.gate  # type: ignore[union-attr]
+        gate.enter_shared()  # never while the map is being remapped
+        try:
+            return shared.env.info()["last_txnid"]  # type: ignore[union-attr]
+        finally:
+            gate.leave_shared()
+
     def _getviews(self, keys: list[str]) -> dict[str, Buffer]:
         found = self._read_views(keys)
         if found is None:
@@ -1494,6 +1514,10 @@ class _LMDBSnapshot(LMDBStore):
 
     def _getviews(self, keys: list[str]) -> dict[str, Buffer]:
         return self._get_many(keys)
+
+    def _open_reader(self, key: str) -> ValueReader:
+        # Every value of a snapshot belongs to its one moment.
+        return BufferReader(key, self._getview(key), ("lmdb snapshot", id(self)))
 
     def _refuse_inherited(self) -> None:
         raise UnsupportedOperationError(
