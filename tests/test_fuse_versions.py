@@ -1,0 +1,176 @@
+"""One whole version per open file: a mount beside a process writing the store directly (issue 24).
+
+A writer process replaces one key directly in the store (values of 300 KB
+to 1.2 MB that check themselves: ``version_workers``) while files are read
+through a zfuse mount of the same store.  Every read must be one whole
+version: the one current at ``open``.
+
+* The deterministic cases place each write exactly (the writer process
+  writes one version when told, and answers when the write returned):
+  a rewrite between two reads of one open file, a rewrite of the same size
+  after the kernel cached the old pages, a larger and a smaller one while
+  the kernel still believes the old size, two files open on two versions at
+  once.  Before versions were pinned each of these read a mix.
+* The free-running case lets a writer rewrite the key as fast as it can
+  while another process reads the file whole over and over: no torn read,
+  and more than one version seen (else the race was not run).
+
+Backends: SQLite, LMDB, Directory, Redis and S3 (moto), with the default
+attribute timeout and ``attr_timeout=0``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from version_workers import make_value, read_loop, version_of
+
+import zfuse
+import zstores
+
+from object_urls import new_s3_bucket, s3_store_url
+
+pytestmark = pytest.mark.timeout(300)
+
+WORKERS = str(Path(__file__).with_name("version_workers.py"))
+BACKENDS = ["sqlite", "lmdb", "directory", "redis", "s3"]
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    backend = request.param
+    if backend == "redis":
+        return f"{request.getfixturevalue('redis_url')}?prefix=versions-{uuid.uuid4().hex}"
+    if backend == "s3":
+        endpoint = request.getfixturevalue("s3_endpoint")
+        return s3_store_url(endpoint, new_s3_bucket(endpoint), "versions")
+    return {"sqlite": f"sqlite://{tmp_path}/v.sqlite", "lmdb": f"lmdb://{tmp_path}/v.lmdb",
+            "directory": f"file://{tmp_path}/v.d"}[backend]
+
+
+class Writer:
+    """A process writing versions of one key directly to the store, one when told."""
+
+    def __init__(self, url: str, key: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, WORKERS, url, key], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True)
+
+    def write(self, version: int) -> None:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"{version}\n")
+        self.process.stdin.flush()
+        assert self.process.stdout.readline().strip() == f"ok {version}"
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        assert self.process.wait(timeout=60) == 0
+
+
+def read_file(path: Path) -> int | None:
+    with open(path, "rb") as f:
+        return version_of(f.read())
+
+
+def read_rest(fd: int, first: bytes) -> bytes:
+    """``first`` and everything after it, read as a program reading to EOF would."""
+    pieces = [first]
+    offset = len(first)
+    while piece := os.pread(fd, 128 << 10, offset):
+        pieces.append(piece)
+        offset += len(piece)
+    return b"".join(pieces)
+
+
+@pytest.mark.parametrize("attr_timeout", [1.0, 0.0], ids=["default", "attr0"])
+def test_each_open_file_reads_one_whole_version(url: str, attr_timeout: float,
+                                                mountpoint: Path) -> None:
+    store = zstores.open_store(url)
+    store["shared"] = make_value(1)
+    writer = Writer(url, "shared")
+    try:
+        with zfuse.mounted(store, mountpoint, attr_timeout=attr_timeout) as m:
+            path = Path(m.path) / "shared"
+            assert read_file(path) == 1  # the kernel now holds version 1's pages and size
+
+            # A rewrite (of another size) between two reads of one open file.
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                first = os.pread(fd, 64 << 10, 0)
+                writer.write(2)
+                assert version_of(read_rest(fd, first)) == 1
+            finally:
+                os.close(fd)
+            assert read_file(path) == 2  # the next open sees the write, whole
+
+            # The same size as the pages the kernel cached: they must go.
+            same_size = next(v for v in range(3, 100)
+                             if len(make_value(v)) == len(make_value(2)))
+            writer.write(same_size)
+            assert read_file(path) == same_size
+
+            # Larger, then smaller, while the kernel may still believe the old size.
+            larger = next(v for v in range(same_size + 1, 200)
+                          if len(make_value(v)) > len(make_value(same_size)))
+            writer.write(larger)
+            assert read_file(path) == larger
+            smaller = next(v for v in range(larger + 1, 300)
+                           if len(make_value(v)) < len(make_value(larger)))
+            writer.write(smaller)
+            assert read_file(path) == smaller
+
+            # Two files open on two versions at once, both read through the kernel.
+            old = os.open(path, os.O_RDONLY)
+            try:
+                half = os.pread(old, len(make_value(smaller)) // 2, 0)
+                newest = smaller + 1
+                while len(make_value(newest)) <= len(make_value(smaller)):
+                    newest += 1
+                writer.write(newest)
+                new = os.open(path, os.O_RDONLY)
+                try:
+                    assert version_of(read_rest(new, b"")) == newest
+                    assert version_of(read_rest(old, half)) == smaller
+                    assert version_of(read_rest(new, b"")) == newest
+                finally:
+                    os.close(new)
+            finally:
+                os.close(old)
+            assert read_file(path) == newest
+    finally:
+        writer.close()
+        if not url.startswith(("sqlite", "lmdb", "file")):
+            store.clear()
+        store.close()
+
+
+@pytest.mark.parametrize("attr_timeout", [1.0, 0.0], ids=["default", "attr0"])
+def test_reads_beside_a_free_running_writer_are_never_torn(url: str, attr_timeout: float,
+                                                           mountpoint: Path) -> None:
+    store = zstores.open_store(url)
+    store["shared"] = make_value(1)
+    try:
+        with zfuse.mounted(store, mountpoint, attr_timeout=attr_timeout) as m:
+            path = str(Path(m.path) / "shared")
+            writer = subprocess.Popen([sys.executable, WORKERS, url, "shared", "--free", "400"])
+            try:
+                whole, torn, seen = 0, 0, set()
+                # Read while the writer runs (bounded: at most 3,000 reads).
+                while writer.poll() is None and whole + torn < 3000:
+                    w, t, s = read_loop(path, 50)
+                    whole, torn, seen = whole + w, torn + t, seen | s
+            finally:
+                assert writer.wait(timeout=120) == 0
+            w, t, s = read_loop(path, 5)
+            assert (torn + t, whole + w) == (0, whole + w) and 400 in s
+            assert len(seen) > 1, "no write landed between the reads: the race did not run"
+    finally:
+        if not url.startswith(("sqlite", "lmdb", "file")):
+            store.clear()
+        store.close()
