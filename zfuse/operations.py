@@ -31,6 +31,7 @@ import mfusepy
 from mfusepy import FuseOSError
 
 from zstores import Store
+from zstores.errors import UnsupportedOperationError
 
 from .errors import errno_for, fail, fuse_operation
 from .handles import Handle, OpenFile
@@ -264,7 +265,21 @@ class StoreOperations(mfusepy.Operations):
     def create(self, path: str, mode: int, fi: Any) -> int:
         view = self.view
         key = view.key_to_create(path)
-        handle = self._open_handle(key, fi.flags, created=True)
+        flags = fi.flags
+        # The kernel sends CREATE when it believes the name is free, which
+        # may be a belief of up to attr_timeout: another door may have
+        # written the key since.  O_EXCL claims the key in the store
+        # atomically (EEXIST if another got there first); a plain O_CREAT
+        # of a key that exists opens it, as open(2) would.
+        if view.pending(key) is None:
+            if flags & os.O_EXCL:
+                if not self._claim(key):
+                    view.forget(key)
+                    raise fail(errno.EEXIST)
+            elif self.store.stat(key) is not None:
+                view.forget(key)
+                return self.open(path, fi)
+        handle = self._open_handle(key, flags, created=True)
         handle.truncate(self.store, 0)  # the new file reaches the store at close, even if empty
         with view.lock:
             view.created(key)
@@ -272,6 +287,14 @@ class StoreOperations(mfusepy.Operations):
         self._handles[fh] = handle
         fi.fh = fh
         return 0
+
+    def _claim(self, key: str) -> bool:
+        """Create ``key`` empty if it holds no value, atomically where the store can."""
+        try:
+            return self.store.set_if_not_exists(key, b"")
+        except UnsupportedOperationError:
+            # No atomic create in this store: the check is as close as it gets.
+            return self.store.stat(key) is None
 
     @fuse_operation
     def write(self, path: str | None, data: bytes, offset: int, fi: Any) -> int:
