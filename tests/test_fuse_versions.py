@@ -174,3 +174,56 @@ def test_reads_beside_a_free_running_writer_are_never_torn(url: str, attr_timeou
         if not url.startswith(("sqlite", "lmdb", "file")):
             store.clear()
         store.close()
+
+
+def _zarr_reader(path: str, reads: int, results) -> None:  # type: ignore[no-untyped-def]
+    import zarr
+    from version_workers import torn_chunks
+
+    torn = errors = 0
+    for _ in range(reads):
+        try:
+            data = zarr.open_array(zarr.storage.LocalStore(path, read_only=True),
+                                   path="grid", mode="r")[...]
+        except Exception:  # noqa: BLE001 - a chunk that fails to decode is a torn read too
+            errors += 1
+            continue
+        torn += torn_chunks(data)
+    results.put((torn, errors))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "lmdb"])
+def test_zarr_reading_through_the_mount_beside_a_chunk_writer_sees_whole_chunks(
+        backend: str, tmp_path: Path, mountpoint: Path) -> None:
+    import multiprocessing
+
+    import numpy as np
+    import zarr
+
+    url = f"{backend}://{tmp_path}/grid.{backend}"
+    store = zstores.open_store(url)
+    zarr.create_array(zstores.zarr_store(store), name="grid", shape=(2048, 2048),
+                      chunks=(1024, 1024), dtype="i4", fill_value=0, compressors=None)
+    zarr.open_array(zstores.zarr_store(store), path="grid", mode="r+")[...] = np.zeros(
+        (2048, 2048), dtype="i4")
+    try:
+        with zfuse.mounted(store, mountpoint) as m:
+            spawn = multiprocessing.get_context("spawn")
+            results = spawn.Queue()
+            reader = spawn.Process(target=_zarr_reader, args=(m.path, 40, results))
+            writer = spawn.Process(target=rewrite_chunks_process, args=(url, 40))
+            writer.start()
+            reader.start()
+            torn, errors = results.get(timeout=240)
+            reader.join(60)
+            writer.join(240)
+            assert writer.exitcode == 0 and reader.exitcode == 0
+    finally:
+        store.close()
+    assert (torn, errors) == (0, 0)
+
+
+def rewrite_chunks_process(url: str, rounds: int) -> None:
+    from version_workers import rewrite_chunks
+
+    rewrite_chunks(url, rounds)

@@ -20,6 +20,9 @@ import sys
 __all__ = ["make_value", "version_of"]
 
 _DIGEST = 32
+#: The chunk side of the array "grid": 1024 x 1024 int32, 4 MiB a chunk (more than one
+#: read request of the kernel, whose largest is 1 MiB).
+CHUNK = 1024
 
 
 def size_of(version: int) -> int:
@@ -83,3 +86,31 @@ def _main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     _main(sys.argv[1:])
+
+
+def rewrite_chunks(url: str, rounds: int) -> None:
+    """Rewrite every chunk of the array "grid" (made by ``make_grid``) ``rounds`` times.
+
+    Round ``r`` sets each chunk (``CHUNK`` square, stored uncompressed, so a
+    chunk is read in several requests) to one value, ``r * 100 + chunk number``,
+    so a reader can tell a whole chunk (one value throughout) from a torn one.
+    """
+    import numpy as np
+    import zarr
+
+    import zstores
+
+    with zstores.open_store(url) as store:
+        grid = zarr.open_array(zstores.zarr_store(store), path="grid", mode="r+")
+        for r in range(1, rounds + 1):
+            data = np.empty(grid.shape, dtype=grid.dtype)
+            for i in range(0, grid.shape[0], CHUNK):
+                for j in range(0, grid.shape[1], CHUNK):
+                    data[i:i + CHUNK, j:j + CHUNK] = r * 100 + (i // CHUNK) * 4 + j // CHUNK
+            grid[...] = data
+
+
+def torn_chunks(data) -> int:  # type: ignore[no-untyped-def]
+    """How many chunks of ``data`` hold more than one value."""
+    return sum(int(data[i:i + CHUNK, j:j + CHUNK].min() != data[i:i + CHUNK, j:j + CHUNK].max())
+               for i in range(0, data.shape[0], CHUNK) for j in range(0, data.shape[1], CHUNK))
