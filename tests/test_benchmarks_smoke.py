@@ -109,6 +109,15 @@ def test_bench_fuse_smoke(tmp_path: Path) -> None:
         assert "| zfuse read-write | zfuse read-only | ratarmount |" in out
 
 
+def test_bench_fuse_versions_smoke() -> None:
+    require_fuse()
+    out = run_smoke(sys.executable, "bench_fuse_versions.py")
+    for mount in ("read-write", "read-only"):
+        for measure in ("small files, cold", "small files, warm", "big value, cold",
+                        "big value, warm"):
+            assert f"| LMDB | {mount} | {measure} |" in out
+
+
 def test_bench_objects_smoke(s3_endpoint: str) -> None:
     zarr2 = os.environ.get("ZSTORES_ZARR2_PYTHON", str(ROOT / ".venv-zarr2" / "bin" / "python"))
     out = run_smoke(sys.executable, "bench_objects.py", "--zarr2-python", zarr2,
