@@ -24,7 +24,7 @@ user would) and measured against its reference in the same run:
 
 Sequential reads and ``ls`` use the default mount (read-write).  Small files
 and zarr are measured through three kinds of mount: the default, ``--read-only``
-(no file handles: libfuse answers ``close``) and ``--read-only -o kernel_cache
+(libfuse answers ``flush``; open files pin a version each) and ``--read-only -o kernel_cache
 --attr-timeout 60`` (on libfuse 3 the kernel sends no open or close at all;
 for data nobody else changes while mounted).  For them, "cold" is the median over the rounds of
 the first pass through a fresh mount (or a freshly opened store, for the
@@ -776,7 +776,7 @@ def table(rows: list[Row], args: argparse.Namespace) -> str:
         "mount (for the direct zarr reads, a freshly opened store; for the anchor, a fresh "
         "mount of it) and \"warm\" the median of the passes after the first on one mount.  "
         "Both zarr sides open the array and read it.  The read-write mount is the default; "
-        "\"read-only\" is `--read-only` (no file handles: libfuse answers `close`), "
+        "\"read-only\" is `--read-only` (libfuse answers `flush`; open files pin a version each), "
         "\"read-only kernel_cache\" is `--read-only -o kernel_cache --attr-timeout 60` "
         "(on libfuse 3 the kernel is told once that there is no `open`, and sends no open "
         "or close at all; for data nobody else changes while mounted)."),

@@ -61,7 +61,7 @@ class CountingStore(MemoryStore):
         return super()._listdir(prefix)
 
 
-# A read-only mount serves reads by path, without handles (ReadOnlyOperations).
+# A read-only mount of a store others may change pins a version per open file too.
 read_only_or_not = pytest.mark.parametrize("read_only", [False, True], ids=["rw", "ro"])
 
 

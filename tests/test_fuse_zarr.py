@@ -66,7 +66,7 @@ def test_cp_r_of_a_zarr_folder_into_a_mounted_lmdb_store(tmp_path: Path, mountpo
     assert seen == [_digest(data), [70, 45], {"unit": "K"}]
 
 
-# The store is opened read-only, so the mount is too (ReadOnlyOperations);
+# The store is opened read-only, so the mount is too (open files pin versions);
 # with kernel_cache, libfuse answers open and close.
 @pytest.mark.parametrize("options", [{}, {"kernel_cache": True}], ids=["ro", "ro-kernel_cache"])
 def test_array_written_to_sqlite_reads_identically_through_the_mount(
