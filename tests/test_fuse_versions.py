@@ -227,3 +227,29 @@ def rewrite_chunks_process(url: str, rounds: int) -> None:
     from version_workers import rewrite_chunks
 
     rewrite_chunks(url, rounds)
+
+
+def test_a_folder_file_rewritten_in_place_is_refused_not_mixed(tmp_path: Path,
+                                                               mountpoint: Path) -> None:
+    # Another program (zarr-python's LocalStore writes files in place) rewrites
+    # the very file an open descriptor reads: the read fails with ESTALE
+    # instead of returning half of each.
+    import errno
+    import time
+
+    store = zstores.DirectoryStore(tmp_path / "d")
+    store["big"] = bytes(8 << 20)
+    with zfuse.mounted(store, mountpoint) as m:
+        fd = os.open(Path(m.path) / "big", os.O_RDONLY)
+        try:
+            assert os.pread(fd, 128 << 10, 0) == bytes(128 << 10)
+            time.sleep(0.02)  # past the file system's timestamp granularity
+            with open(tmp_path / "d" / "big", "r+b") as f:  # in place, not by rename
+                f.write(b"\xff" * (8 << 20))
+            with pytest.raises(OSError) as raised:
+                os.pread(fd, 128 << 10, 6 << 20)
+            assert raised.value.errno == errno.ESTALE
+        finally:
+            os.close(fd)
+        with open(Path(m.path) / "big", "rb") as f:  # opened again: the new bytes, whole
+            assert f.read() == b"\xff" * (8 << 20)
