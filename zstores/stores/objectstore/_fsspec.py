@@ -354,6 +354,18 @@ class FsspecEngine:
         self._gather(self.fs._cp_file,
                      [(self._full(source), self._full(target)) for source, target in moves])
 
+    #: Why conditional requests are refused through this engine.
+    conditional_refusal = (
+        "via='fsspec' sends no conditional requests (If-None-Match, If-Match, GCS "
+        "ifGenerationMatch) on every path of its libraries (s3fs drops If-None-Match for "
+        "multipart uploads, adlfs and gcsfs offer no If-Match on writes); open the store "
+        "with via='obstore' (the default) to create if absent and compare and swap")
+
+    def get_versioned(self, path: str) -> tuple[bytes, str | None, str | None] | None:
+        """The object's bytes, without a version (the store digests the value)."""
+        value = self.get(path)
+        return None if value is None else (value, None, None)
+
     def close(self) -> None:
         """Close the file system's HTTP session (gcsfs, fsspec's HTTP), if it opened one.
 
