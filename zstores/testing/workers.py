@@ -94,3 +94,31 @@ def race_conditional(store: Store, writer: int, role: str, op: str, rounds: int,
     finally:
         if own_handle:
             store.close()
+
+
+def race_zarr3_create(url: str, writer: int, rounds: int, barrier: Any, results: Any) -> None:
+    """zarr-python 3's ``set_if_not_exists`` through ``zarr_store(url)``, one key per round.
+
+    After each call the racer reads the key back: with an atomic create every
+    racer reads the one value that was written first; a check-then-write lets
+    a later racer overwrite a value an earlier one has already read.
+    """
+    from zarr.core.buffer import cpu
+    from zarr.core.sync import sync
+
+    from ..adapters import zarr_store
+
+    adapter = zarr_store(url)
+    try:
+        seen = []
+        for index in range(rounds):
+            key = race_key("zarr3", index)
+            barrier.wait(120)
+            sync(adapter.set_if_not_exists(key, cpu.Buffer.from_bytes(value_for(writer, index))))
+            seen.append(adapter.get_sync(key).to_bytes())
+        results.put((writer, seen))
+    except BaseException as error:  # noqa: BLE001 - reported to the test
+        barrier.abort()
+        results.put((writer, f"{type(error).__name__}: {error}"))
+    finally:
+        adapter.close()
