@@ -691,11 +691,18 @@ class MongoDBStore(Store):
     @network_errors_as
     def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
         update: dict[str, Any] | None = None
+        missed: dict[str, Any] | None = None  # a document the last filter did not match
         try:
             for _ in range(_READ_ATTEMPTS):
                 doc = self._docs.find_one({KEY: key}, {**_FIELDS, REV: 1})
                 if doc is None or not self._holds(self._value_of(key, doc), expected):
                     return False
+                if doc == missed:
+                    raise StoreIOError(
+                        f"{self._store_name()}: the server matched no document for key {key!r} "
+                        "although it is unchanged: it was written without a 'rev' (by "
+                        "zarr-python 2), so it is compared by value, which this server cannot "
+                        "do (MongoDB can; an emulator may not).  Write it through zstores once")
                 seen = _state_of(doc)
                 if update is None:
                     update = self._update_for(key, value)
@@ -707,6 +714,7 @@ class MongoDBStore(Store):
                     return True
                 # Written by another writer between the read and the update:
                 # compare again with what it holds now.
+                missed = doc
         finally:
             if update is not None:
                 self._drop_parts([update["$set"].get(PARTS)])
