@@ -14,7 +14,12 @@ and inherits a correct (if slower) fallback for everything else.  It overrides
 a fast path only where its engine offers one: ``_get_range``, ``_get_many``,
 ``_set_many``, ``_delete_many``, ``_contains``, ``_stat``, ``_listdir``,
 ``_rmdir``, ``_getsize_key``, ``_getsize_prefix``, ``_rename_key``,
-``_rename_prefix``, ``_len``, ``_clear``.  Keys reaching a primitive are
+``_rename_prefix``, ``_len``, ``_clear``.  The conditional writes
+(``set_if_not_exists``, ``replace_if``) call ``_set_if_absent`` and
+``_replace_if``, which a backend implements only where its engine makes
+them atomic against every writer (and sets ``supports_create_if_absent`` /
+``supports_compare_and_swap``); ``_get_with_version`` falls back to a digest
+of the value, which ``_holds`` compares.  Keys reaching a primitive are
 already normalized and values already coerced, so a backend never repeats
 those checks.
 

@@ -120,7 +120,7 @@ class ObjectStore(Store):
     supports_process_writers = True
     persistent = True
     #: Conditional requests (``If-None-Match: *``, ``If-Match``); an instance
-    #: whose engine cannot send them (``via="fsspec"``) says False.
+    #: whose engine cannot send them (fsspec's HTTP file system) says False.
     supports_create_if_absent = True
     supports_compare_and_swap = True
     #: What ``get_with_version`` gives: the object's ``"etag"`` (S3, Azure) or
