@@ -308,13 +308,13 @@ class Store(MutableMapping[str, bytes]):
     supports_compare_and_swap: bool = False
     #: Why ``set_if_not_exists``/``replace_if`` are refused where the flag is False
     #: (shown in the ``UnsupportedOperationError``).
-    _create_if_absent_refusal: ClassVar[str] = (
+    _create_if_absent_refusal: str = (
         "its engine offers no atomic create-if-absent")
-    _compare_and_swap_refusal: ClassVar[str] = (
+    _compare_and_swap_refusal: str = (
         "its engine offers no atomic compare-and-swap")
     #: The digest ``get_with_version`` gives where the engine has no version of
     #: its own (a ``hashlib`` name; Redis's server computes ``sha1``).
-    _version_kind: ClassVar[str] = "sha256"
+    _version_kind: str = "sha256"
 
     def __init__(self, *, mode: Mode = "a") -> None:
         self._mode = check_mode(mode)

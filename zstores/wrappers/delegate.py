@@ -174,9 +174,9 @@ class WrapperStore(Store):
     def _take_conditional_writes(self, store: Store) -> None:
         self.supports_create_if_absent = store.supports_create_if_absent
         self.supports_compare_and_swap = store.supports_compare_and_swap
-        self._create_if_absent_refusal = store._create_if_absent_refusal  # type: ignore[misc]
-        self._compare_and_swap_refusal = store._compare_and_swap_refusal  # type: ignore[misc]
-        self._version_kind = store._version_kind  # type: ignore[misc]
+        self._create_if_absent_refusal = store._create_if_absent_refusal
+        self._compare_and_swap_refusal = store._compare_and_swap_refusal
+        self._version_kind = store._version_kind
 
     def _set_if_absent(self, key: str, value: Buffer) -> bool:
         return self._store.set_if_not_exists(key, value)
