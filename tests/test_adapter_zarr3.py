@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import pickle
 
 import numpy as np
@@ -17,6 +18,7 @@ import zstores
 from zstores.adapters import zarr_store
 from zstores.adapters.zarr3 import ZarrStore, is_blocking
 from zstores.errors import StoreClosedError
+from zstores.testing.workers import race_key, race_zarr3_create, value_for
 from zstores.urls import open_store
 
 from conftest import missing_peer
@@ -378,6 +380,36 @@ def test_set_if_not_exists_and_get_many(tmp_path):
 
     assert asyncio.run(many()) == [("a", b"1"), ("zz", None), ("a", b"")]
     adapter.close()
+
+
+@pytest.mark.parametrize("scheme", ["file", "sqlite", "lmdb"])
+def test_set_if_not_exists_is_atomic_across_processes(tmp_path, scheme):
+    """Four processes race zarr's set_if_not_exists on a fresh key per round (a
+    barrier starts each round): the first value written is the one every racer
+    reads back and the one kept, so no racer overwrote another's value."""
+    url = f"{scheme}://{tmp_path}/race.{scheme}"
+    zarr_store(url, mode="w").close()
+    context = multiprocessing.get_context("spawn")
+    racers, rounds = 4, 24
+    barrier, results = context.Barrier(racers), context.Queue()
+    processes = [context.Process(target=race_zarr3_create,
+                                 args=(url, writer, rounds, barrier, results))
+                 for writer in range(racers)]
+    for process in processes:
+        process.start()
+    try:
+        seen = dict(results.get(timeout=300) for _ in processes)
+    finally:
+        for process in processes:
+            process.join(120)
+            if process.is_alive():
+                process.kill()
+    assert not [text for text in seen.values() if isinstance(text, str)], seen
+    with open_store(url, mode="r") as store:
+        for index in range(rounds):
+            kept = store[race_key("zarr3", index)]
+            assert kept in [value_for(writer, index) for writer in range(racers)]
+            assert [seen[writer][index] for writer in range(racers)] == [kept] * racers
 
 
 def test_suite_capabilities_are_claimed_so_nothing_is_skipped(tmp_path):

@@ -23,6 +23,8 @@ from zstores.errors import (
     StoreExistsError,
     StoreFullError,
     StoreNotFoundError,
+    UnsafePathError,
+    UnsupportedOperationError,
 )
 from zstores.keys import is_chunk_key_segment
 from zstores.stores import directory
@@ -898,3 +900,55 @@ def test_list_of_the_store_walks_the_folders_once(cls, root: Path) -> None:
     it = iter(store)
     del other["a/new"]
     assert len(store) == len(keys) + 1 and len(list(it)) == len(keys) + 2
+
+
+# ------------------------------------------------------------ create if absent
+def test_set_if_not_exists_links_a_whole_file_and_leaves_no_temporary(cls, root: Path) -> None:
+    store = cls(root)
+    assert store.set_if_not_exists("a/b", b"first")
+    assert not store.set_if_not_exists("a/b", b"second")
+    assert (root / "a" / "b").read_bytes() == b"first"
+    assert (root / "a" / "b").stat().st_nlink == 1  # the temporary name is gone
+    assert sorted(os.listdir(root / "a")) == ["b"]
+
+
+def test_set_if_not_exists_refuses_a_link_at_the_key(cls, root: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"secret")
+    store = cls(root)
+    store["a/x"] = b"1"
+    os.symlink(outside, root / "a" / "b")
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        store.set_if_not_exists("a/b", b"x")
+    assert outside.read_bytes() == b"secret"
+    assert os.path.islink(root / "a" / "b")
+
+
+def test_set_if_not_exists_removes_a_keyless_folder_in_the_way(root: Path) -> None:
+    store = DirectoryStore(root)
+    (root / "empty" / "deeper").mkdir(parents=True)
+    assert store.set_if_not_exists("empty", b"v")
+    assert store["empty"] == b"v"
+
+
+@pytest.mark.skipif(directory._renameat2 is None, reason="no renameat2 on this system")
+def test_set_if_not_exists_without_hard_links(root: Path, monkeypatch) -> None:
+    """A file system without hard links (FAT, some FUSE mounts) answers link() with
+    EPERM: renameat2(RENAME_NOREPLACE), a real system call, does the work."""
+    def no_hard_links(*args, **kwargs):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    store = DirectoryStore(root)
+    monkeypatch.setattr(directory.os, "link", no_hard_links)
+    assert store.set_if_not_exists("a/b", b"first")
+    assert not store.set_if_not_exists("a/b", b"second")
+    assert store["a/b"] == b"first"
+    assert sorted(os.listdir(root / "a")) == ["b"]
+
+
+def test_directory_refuses_compare_and_swap_saying_why(root: Path) -> None:
+    store = DirectoryStore(root)
+    store["k"] = b"v"
+    with pytest.raises(UnsupportedOperationError, match="rename.*LMDB, SQLite"):
+        store.replace_if("k", b"v", b"w")
+    assert store["k"] == b"v"

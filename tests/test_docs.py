@@ -606,6 +606,32 @@ def test_backend_table_matches_the_stores(tmp_path: Path) -> None:
         )
 
 
+def test_conditional_writes_table_matches_the_stores(tmp_path: Path) -> None:
+    """docs/backends.md's table of create-if-absent and compare-and-swap says what
+    each store's flags say (object stores: the class's)."""
+    rows = {row["store"]: row for row in table_rows(
+        DOCS / "backends.md", "store", "create if absent", "compare-and-swap")}
+    objects = {"S3": zstores.S3Store, "GCS": zstores.GCSStore, "Azure": zstores.AzureStore,
+               "HTTP": zstores.HTTPStore}
+    assert set(rows) == set(STORE_CLASSES) | set(objects)
+    for name, cls in {**STORE_CLASSES, **objects}.items():
+        if cls in NETWORK or name in objects:
+            store: Any = cls
+        elif cls is zstores.MemoryStore:
+            store = cls()
+        else:
+            store = cls(tmp_path / cls.__name__)
+        try:
+            for column, flag in (("create if absent", "supports_create_if_absent"),
+                                 ("compare-and-swap", "supports_compare_and_swap")):
+                said = rows[name][column].split()[0].strip(",;:").lower()
+                assert said in ("yes", "no"), f"{name}: {column} must start with yes or no"
+                assert (said == "yes") == getattr(store, flag), f"{name}: {column}"
+        finally:
+            if not isinstance(store, type):
+                store.close()
+
+
 def test_quoted_speeds_match_benchmarks() -> None:
     """Every speed docs/backends.md quotes is the one docs/benchmarks.md recorded.
 
@@ -680,7 +706,7 @@ def test_flag_table_matches_the_base_class() -> None:
     documented = {row["attribute"].strip("`"): row["base default"].strip("`") for row in rows}
     flags = {"supports_range_reads", "supports_process_writers", "supports_deletes",
              "max_value_size", "persistent", "hierarchical", "supports_transactions",
-             "supports_snapshots"}
+             "supports_snapshots", "supports_create_if_absent", "supports_compare_and_swap"}
     assert set(documented) == flags
     for name, default in documented.items():
         assert repr(getattr(zstores.Store, name)) == default, name

@@ -621,3 +621,26 @@ def test_zfuse_shows_n5_as_zarr_and_takes_writes(tmp_path, mountpoint):
     spec = {"driver": "n5", "kvstore": {"driver": "file", "path": str(folder / "new")}}
     np.testing.assert_array_equal(ts.open(spec).result().read().result(),
                                   np.arange(45, dtype="<u2").reshape(9, 5).T)
+
+
+def test_conditional_writes_of_chunks_reach_their_blocks(tmp_path):
+    """A chunk's set_if_not_exists/replace_if are the inner store's, on its block."""
+    import zstores
+
+    inner = zstores.LMDBStore(str(tmp_path / "inner.lmdb"))
+    store = N5Store(inner)
+    zstores.init_array(store, shape=(4,), chunks=(2,), dtype="<u2", compressor=None, path="a")
+    first, second = np.arange(2, dtype="<u2").tobytes(), np.arange(2, 4, dtype="<u2").tobytes()
+    assert store.set_if_not_exists("a/1", first)
+    assert not store.set_if_not_exists("a/1", second)
+    assert store["a/1"] == first
+    assert inner["a/1"] != first  # the block of chunk 1: an N5 header, big-endian values
+    assert not store.replace_if("a/1", second, second)
+    assert store.replace_if("a/1", first, second)
+    value, version = store.get_with_version("a/1")
+    assert value == second and version == inner.get_with_version("a/1")[1]
+    assert store.replace_if("a/1", version, first)
+    assert not store.replace_if("a/1", version, second)
+    assert store["a/1"] == first
+    assert not store.set_if_not_exists("a/.zarray", b"{}")  # the array's metadata exists
+    store.close()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 from .adapters import zarr_store
-from .base import MODES, Store
+from .base import MODES, Store, Version
 from .errors import (
     CorruptValueError,
     InvalidKeyError,
@@ -148,6 +148,7 @@ __all__ = [
     "UnsafePathError",
     "UnsupportedOperationError",
     "ValueTooLargeError",
+    "Version",
     "ZStoresError",
     "ZipStore",
     "consolidate_metadata",

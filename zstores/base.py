@@ -14,7 +14,12 @@ and inherits a correct (if slower) fallback for everything else.  It overrides
 a fast path only where its engine offers one: ``_get_range``, ``_get_many``,
 ``_set_many``, ``_delete_many``, ``_contains``, ``_stat``, ``_listdir``,
 ``_rmdir``, ``_getsize_key``, ``_getsize_prefix``, ``_rename_key``,
-``_rename_prefix``, ``_len``, ``_clear``.  Keys reaching a primitive are
+``_rename_prefix``, ``_len``, ``_clear``.  The conditional writes
+(``set_if_not_exists``, ``replace_if``) call ``_set_if_absent`` and
+``_replace_if``, which a backend implements only where its engine makes
+them atomic against every writer (and sets ``supports_create_if_absent`` /
+``supports_compare_and_swap``); ``_get_with_version`` falls back to a digest
+of the value, which ``_holds`` compares.  Keys reaching a primitive are
 already normalized and values already coerced, so a backend never repeats
 those checks.
 
@@ -27,10 +32,12 @@ handle).  The underscore methods are the backends' side of the contract.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .errors import (
@@ -50,7 +57,8 @@ if TYPE_CHECKING:
     from .transactions import ChangeSet, Transaction
 
 __all__ = [
-    "MODES", "Mode", "SortedNames", "Store", "children_by_scan", "children_by_seek", "to_buffer",
+    "MODES", "Mode", "SortedNames", "Store", "Version", "children_by_scan", "children_by_seek",
+    "to_buffer",
 ]
 
 Mode = Literal["r", "r+", "a", "w", "w-"]
@@ -190,6 +198,47 @@ def children_by_scan(
                 inside = 0
     return list(children)
 
+@dataclass(frozen=True)
+class Version:
+    """One version of a key's value, as ``Store.get_with_version`` saw it.
+
+    The token ``Store.replace_if`` takes as ``expected``: the replace happens
+    only while the key still holds this version.  What the token is depends
+    on the engine: ``kind="etag"`` (S3, Azure) or ``"generation"`` (GCS) is
+    the object store's own version of the object, so an object rewritten
+    with the same bytes is a new version; ``kind="sha256"`` (``"sha1"`` on
+    Redis, whose server computes it) is a digest of the value, compared by
+    the store inside its write transaction, so a value changed and changed
+    back counts as unchanged.  A ``Version`` is a frozen dataclass of two
+    strings: it pickles, hashes and compares equal across processes and
+    handles, so a lease holder may pass it to another process.
+
+    Attributes
+    ----------
+    kind : str
+        What the token is: ``"sha256"``, ``"sha1"``, ``"etag"`` or ``"generation"``.
+    token : str
+        The digest in hex, the ETag or the generation number, as text.
+
+    Examples
+    --------
+    >>> import pickle
+    >>> from zstores import MemoryStore
+    >>> store = MemoryStore()
+    >>> store["lease"] = b"owner=a"
+    >>> value, version = store.get_with_version("lease")
+    >>> version.kind, pickle.loads(pickle.dumps(version)) == version
+    ('sha256', True)
+    """
+
+    kind: str
+    token: str
+
+    @classmethod
+    def of_value(cls, value: Buffer, kind: str = "sha256") -> Version:
+        """The digest version of ``value`` (``kind`` is a ``hashlib`` algorithm)."""
+        return cls(kind, hashlib.new(kind, value).hexdigest())
+
 
 class Store(MutableMapping[str, bytes]):
     """A Zarr key/value store: a ``MutableMapping[str, bytes]`` with extras.
@@ -253,6 +302,20 @@ class Store(MutableMapping[str, bytes]):
     #: command) rather than keeping the object: a transaction then holds its
     #: values in pooled memory (``zstores._arena``) instead of ``bytes``.
     _commit_copies_values: bool = True
+    #: ``set_if_not_exists`` works, atomically against every other writer of
+    #: the location (other threads, handles and processes, through any door).
+    supports_create_if_absent: bool = False
+    #: ``replace_if`` (compare-and-swap) works, atomically in the same sense.
+    supports_compare_and_swap: bool = False
+    #: Why ``set_if_not_exists``/``replace_if`` are refused where the flag is False
+    #: (shown in the ``UnsupportedOperationError``).
+    _create_if_absent_refusal: str = (
+        "its engine offers no atomic create-if-absent")
+    _compare_and_swap_refusal: str = (
+        "its engine offers no atomic compare-and-swap")
+    #: The digest ``get_with_version`` gives where the engine has no version of
+    #: its own (a ``hashlib`` name; Redis's server computes ``sha1``).
+    _version_kind: str = "sha256"
 
     def __init__(self, *, mode: Mode = "a") -> None:
         self._mode = check_mode(mode)
@@ -387,6 +450,48 @@ class Store(MutableMapping[str, bytes]):
     def _snapshot(self) -> Store:
         """A read-only store showing the data as it is now, whatever is written later."""
         raise UnsupportedOperationError(f"{self!r} cannot take a snapshot")
+
+    # ---------------------------------------------- conditional write primitives
+    # Called only where the store's flag says True, with the key normalized and
+    # the value checked; each is atomic against every other writer.
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        """Write ``value`` only if ``key`` holds none; True if written."""
+        raise UnsupportedOperationError(f"{self!r} cannot create a key if absent")
+
+    def _get_with_version(self, key: str) -> tuple[bytes, Version]:
+        """The value of ``key`` and its version; raise KeyError when missing.
+
+        The fallback digests the value (``_version_kind``): right for every
+        store whose ``_replace_if`` compares with ``_holds``.
+        """
+        value = self._get(key)
+        return value, self._version_of(value)
+
+    def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
+        """Write ``value`` only if ``key`` holds ``expected`` (``_holds``); True if written."""
+        raise UnsupportedOperationError(f"{self!r} cannot compare and swap")
+
+    def _version_of(self, value: Buffer) -> Version:
+        """The digest version of a value, as ``_get_with_version``'s fallback gives it."""
+        return Version.of_value(value, self._version_kind)
+
+    def _holds(self, current: Buffer | None, expected: Buffer | Version) -> bool:
+        """Whether ``current`` (the key's value now; None: absent) is what ``expected`` says.
+
+        For the stores whose versions are digests of the value; call it inside
+        the write transaction (or under the lock) that then writes.
+        """
+        if current is None:
+            return False
+        if isinstance(expected, Version):
+            if expected.kind != self._version_kind:
+                raise ValueError(
+                    f"{self!r}: {expected!r} is not a version this store gives "
+                    f"(its versions are {self._version_kind} digests of the value; "
+                    "pass a Version from this store's get_with_version, or the expected bytes)"
+                )
+            return self._version_of(current) == expected
+        return len(current) == len(expected) and current == expected
 
     def _check_transaction_keys(self, keys: list[str]) -> None:
         """Refuse, when a transaction writes them, keys the store refuses to write."""
@@ -942,6 +1047,174 @@ class Store(MutableMapping[str, bytes]):
             moved = True
         if not moved:
             raise KeyError(src_path)
+
+    # ------------------------------------------------------- conditional writes
+    def set_if_not_exists(self, key: str, value: Any) -> bool:
+        """Write ``value`` under ``key`` only if ``key`` holds no value.
+
+        Atomic against every other writer of the store, in any thread or
+        process and through any door (another handle, a mount, zarr): of
+        several callers racing on a missing key exactly one gets True and
+        its value is the one stored; a plain write racing with it either
+        comes first (then this returns False) or overwrites afterwards.
+        zarr-python 3's ``Store.set_if_not_exists``, and the first step of
+        lock-free coordination on object stores (a lease object created if
+        absent, then renewed or released with ``replace_if``).
+
+        Inside a transaction (``store.transaction()``) it works on the
+        transaction's overlay: it sees the transaction's own writes, and
+        the commit raises ``TransactionConflictError`` (applying nothing)
+        if another writer created the key meanwhile.
+
+        Parameters
+        ----------
+        key : str
+            The key.
+        value : bytes-like
+            The value (anything with the buffer protocol, as ``store[key] = value``).
+
+        Returns
+        -------
+        bool
+            True if this call wrote the value, False if the key already held one.
+
+        Raises
+        ------
+        UnsupportedOperationError
+            If the store cannot do it atomically (``supports_create_if_absent``
+            is False); the message says why.  Nothing is written.
+        ReadOnlyError
+            If the store is read-only.
+        KeyConflictError
+            On a hierarchical store (folders), if ``key`` is a prefix of
+            other keys or lies below a key, as for ``store[key] = value``.
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> store = MemoryStore()
+        >>> store.set_if_not_exists("lease", b"owner=a")
+        True
+        >>> store.set_if_not_exists("lease", b"owner=b")
+        False
+        >>> store["lease"]
+        b'owner=a'
+        """
+        self._check_writable()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.set_if_not_exists(key, value)
+        if not self.supports_create_if_absent:
+            raise self._conditional_refusal("set_if_not_exists", "supports_create_if_absent",
+                                            self._create_if_absent_refusal)
+        key = self._key(key)
+        return self._set_if_absent(key, self._value(key, value))
+
+    def get_with_version(self, key: str) -> tuple[bytes, Version]:
+        """The value of ``key`` and a token for this version of it, read together.
+
+        Pass the token to ``replace_if`` as ``expected``: the replace happens
+        only while the key still holds this version.  Object stores give
+        their own version (the ETag on S3 and Azure, the generation on GCS:
+        rewriting the same bytes is a new version); the other stores a
+        digest of the value (a value changed and changed back counts as
+        unchanged).  See ``Version``.
+
+        Parameters
+        ----------
+        key : str
+            The key.
+
+        Returns
+        -------
+        tuple of (bytes, Version)
+            The value and its version.
+
+        Raises
+        ------
+        KeyError
+            If the key holds no value.
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> store = MemoryStore()
+        >>> store["lease"] = b"owner=a;renewals=0"
+        >>> value, version = store.get_with_version("lease")
+        >>> store.replace_if("lease", version, b"owner=a;renewals=1")
+        True
+        >>> store.replace_if("lease", version, b"owner=b;renewals=0")  # stale version
+        False
+        >>> store["lease"]
+        b'owner=a;renewals=1'
+        """
+        if self._closed:
+            self._check_open()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.get_with_version(key)
+        return self._get_with_version(self._key(key))
+
+    def replace_if(self, key: str, expected: Any, value: Any) -> bool:
+        """Compare-and-swap: write ``value`` only if ``key`` holds ``expected`` now.
+
+        Atomic against every other writer of the store, in any thread or
+        process: of several callers replacing the same expected value exactly
+        one gets True.  A missing key never matches (``set_if_not_exists``
+        creates).
+
+        Inside a transaction it works on the transaction's overlay, and the
+        commit raises ``TransactionConflictError`` (applying nothing) if
+        another writer changed the key since it was compared.
+
+        Parameters
+        ----------
+        key : str
+            The key.
+        expected : bytes-like or Version
+            The bytes the key must hold, or a ``Version`` from this store's
+            ``get_with_version``.
+        value : bytes-like
+            The new value.
+
+        Returns
+        -------
+        bool
+            True if this call replaced the value; False if the key holds
+            another value or version, or no value.
+
+        Raises
+        ------
+        UnsupportedOperationError
+            If the store cannot do it atomically (``supports_compare_and_swap``
+            is False); the message says why.  Nothing is written.
+        ReadOnlyError
+            If the store is read-only.
+        ValueError
+            If ``expected`` is a ``Version`` of another kind than this store gives.
+
+        Examples
+        --------
+        >>> from zstores import MemoryStore
+        >>> store = MemoryStore()
+        >>> store["counter"] = b"1"
+        >>> store.replace_if("counter", b"1", b"2"), store.replace_if("counter", b"1", b"3")
+        (True, False)
+        >>> store["counter"], store.replace_if("missing", b"", b"x")
+        (b'2', False)
+        """
+        self._check_writable()
+        if self._transactions and (tx := self._own_transaction()) is not None:
+            return tx.replace_if(key, expected, value)
+        if not self.supports_compare_and_swap:
+            raise self._conditional_refusal("replace_if", "supports_compare_and_swap",
+                                            self._compare_and_swap_refusal)
+        key = self._key(key)
+        if not isinstance(expected, Version):
+            expected = to_buffer(expected)
+        return self._replace_if(key, expected, self._value(key, value))
+
+    def _conditional_refusal(self, method: str, flag: str, why: str) -> UnsupportedOperationError:
+        return UnsupportedOperationError(
+            f"{self!r} cannot {method} atomically ({flag}=False): {why}")
 
     # ------------------------------------------------ transactions, snapshots
     def transaction(self, *, bind_thread: bool = True) -> Transaction:

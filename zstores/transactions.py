@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._arena import BLOCK_BYTES, Arena
-from .base import Buffer, Store
+from .base import Buffer, Store, Version
 from .errors import (
     StoreClosedError,
     TransactionConflictError,
@@ -193,7 +193,8 @@ class Transaction(Store):
         self._store = store
         self._key = store.normalize  # type: ignore[method-assign]
         for flag in ("supports_range_reads", "supports_deletes", "max_value_size",
-                     "persistent", "hierarchical", "blocking", "supports_empty_values"):
+                     "persistent", "hierarchical", "blocking", "supports_empty_values",
+                     "supports_create_if_absent", "supports_compare_and_swap"):
             setattr(self, flag, getattr(store, flag))
         self._lock = threading.RLock()
         # The values written, copied into pooled memory where the backend's
@@ -544,6 +545,34 @@ class Transaction(Store):
         self._store._check_transaction_prefix(src_prefix)
         with self._lock:
             super()._rename_prefix(src_prefix, dst_prefix)
+
+    # ------------------------------------------------------ conditional writes
+    # On the overlay: the key's absence or value is read (and so recorded, and
+    # checked again by the commit inside the backend's transaction) before
+    # the write goes into the overlay.
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        with self._lock:
+            if self._stat(key) is not None:
+                return False
+            self._set(key, value)
+            return True
+
+    def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
+        with self._lock:
+            try:
+                current = self._get(key)
+            except KeyError:
+                return False
+            if not self._holds(current, expected):
+                return False
+            self._set(key, value)
+            return True
+
+    def _version_of(self, value: Buffer) -> Version:
+        return self._store._version_of(value)
+
+    def _holds(self, current: Buffer | None, expected: Buffer | Version) -> bool:
+        return self._store._holds(current, expected)
 
 
 def _copied(value: Any) -> Any:

@@ -219,8 +219,11 @@ class ZarrStore(Adapter, ZarrABCStore):
 
     ``supports_deletes`` is the store's own flag; ``supports_writes`` and
     ``supports_listing`` are True; ``supports_partial_writes`` is False, as
-    for every zarr-python 3 store.  ``set_if_not_exists`` checks and writes in
-    one call, which is atomic among the threads of this process only.
+    for every zarr-python 3 store.  ``set_if_not_exists`` is the store's
+    own ``set_if_not_exists``: atomic against every writer, in any process,
+    where the store declares ``supports_create_if_absent``; on the others
+    (an object store through fsspec) it checks and writes in one call, which
+    is atomic among the threads of this process only.
 
     Examples
     --------
@@ -526,7 +529,11 @@ def _read_all(
 
 
 def _set_if_missing(store: Store, key: str, value: Any) -> None:
-    if key not in store:
+    if store.supports_create_if_absent:
+        store.set_if_not_exists(key, value)
+    elif key not in store:
+        # The store cannot create atomically (it says why if asked): zarr only
+        # needs the key written once, so check and write as before.
         store[key] = value
 
 

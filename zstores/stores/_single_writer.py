@@ -28,7 +28,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["WriterLock", "writer_lock"]
+__all__ = ["LockedConditionalWrites", "WriterLock", "writer_lock"]
 
 # flock errors that mean "this file system cannot lock", not "someone holds it".
 _CANNOT_LOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
@@ -146,3 +146,38 @@ def writer_lock(path: str, store: Any, mode: str, *, create_new: bool = False) -
     if mode == "r":
         return None
     return WriterLock(path, type(store).__name__, create_new=create_new)
+
+
+class LockedConditionalWrites:
+    """``set_if_not_exists`` and ``replace_if`` for a single-writer store (Zip, DBM).
+
+    Mixed into a ``Store`` with a ``_lock`` (a reentrant lock every write
+    takes): the look and the write happen under it.  Atomic against every
+    writer there can be: the writer lock keeps other processes from writing,
+    and the store's lock orders this process's threads.  Versions are
+    digests of the value (``Store._holds``).
+    """
+
+    supports_create_if_absent = True
+    supports_compare_and_swap = True
+    _lock: Any
+
+    def _set_if_absent(self, key: str, value: Any) -> bool:
+        store: Any = self
+        with self._lock:
+            if store._contains(key):
+                return False
+            store._set(key, value)
+            return True
+
+    def _replace_if(self, key: str, expected: Any, value: Any) -> bool:
+        store: Any = self
+        with self._lock:
+            try:
+                current = store._get(key)
+            except KeyError:
+                return False
+            if not store._holds(current, expected):
+                return False
+            store._set(key, value)
+            return True

@@ -25,7 +25,7 @@ from ..errors import (
     ZStoresError,
 )
 from ._dumb import DumbFiles, ShortValue, is_dumb
-from ._single_writer import writer_lock
+from ._single_writer import LockedConditionalWrites, writer_lock
 
 __all__ = ["DBMStore", "open_existing_or_dumb"]
 
@@ -60,7 +60,7 @@ def open_existing_or_dumb(path: str, flag: str = "r", mode: int = 0o666) -> Any:
     return importlib.import_module(flavour).open(path, flag, mode)
 
 
-class DBMStore(Store):
+class DBMStore(LockedConditionalWrites, Store):
     """Keys and values in a database opened by any dbm-style ``open`` function.
 
     Keys are stored as their UTF-8 bytes and values as bytes, the layout of

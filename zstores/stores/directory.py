@@ -675,6 +675,14 @@ class DirectoryStore(Store):
     persistent = True
     hierarchical = True
     _len_walks = True
+    #: A temporary file linked into place: link() fails if the name exists.
+    supports_create_if_absent = True
+    supports_compare_and_swap = False
+    _compare_and_swap_refusal = (
+        "a value is a file replaced by rename(), and no file-system call replaces a file "
+        "only while it holds given bytes: a plain write by another process (zarr, "
+        "LocalStore, cp) could land between the comparison and the rename.  Use LMDB, "
+        "SQLite, Redis, MongoDB or an object store to compare and swap")
 
     def __init__(
         self,
@@ -1125,6 +1133,96 @@ class DirectoryStore(Store):
             raise
         return True
 
+    # ---------------------------------------------------- conditional writes
+    # set_if_not_exists writes a temporary file as _set does, then gives it the
+    # key's name with link() (renameat2(RENAME_NOREPLACE) where the file
+    # system has no hard links), which fails when the name exists: the kernel
+    # decides, against writers in every process, and readers only ever see a
+    # whole file.  All calls are relative to the folder's descriptor, and
+    # neither follows a link.
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        segments, name = _split(key)
+        for _ in range(_RETRIES):
+            try:
+                chain = self._folders(key, segments, create=True)
+            except FileNotFoundError:
+                self._root_replaced(create=True)
+                continue  # a folder on the way was pruned, or the root is gone
+            except OSError as error:
+                self._reraise(error, "write", key)
+            try:
+                created = self._create_in(chain, segments, key, name, value)
+            finally:
+                _release(chain)
+            if created is not None:
+                return created
+            self._root_replaced(create=True)
+        raise OSError(
+            errno.EAGAIN,
+            f"{self!r}: could not create key {key!r}: its folder was removed {_RETRIES} "
+            "times while writing (a concurrent rmdir or clear?)",
+        )
+
+    def _create_in(
+        self, chain: list[int], segments: list[str], key: str, name: str, value: Buffer
+    ) -> bool | None:
+        """Write ``value`` as a temporary file in the last folder of ``chain``, then
+        link it to ``name`` unless that exists.  True: created; False: the key
+        exists; None: the folder or the temporary file vanished (write again)."""
+        folder = chain[-1]
+        temp = TEMP_PREFIX + os.urandom(16).hex()
+        try:
+            fd = os.open(temp, _CREATE, 0o666, dir_fd=folder)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            self._prune(chain, segments)
+            self._reraise(error, "write", key)
+        try:
+            try:
+                _write_all(fd, value)
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            created = self._link_if_absent(folder, temp, key, name)
+            if created and self._fsync:
+                _fsync_folder(folder)
+        except FileNotFoundError:
+            _unlink_quietly(temp, folder)
+            return None
+        except BaseException as error:
+            _unlink_quietly(temp, folder)
+            self._prune(chain, segments)
+            if isinstance(error, OSError):
+                self._reraise(error, "write", key)
+            raise
+        _unlink_quietly(temp, folder)  # linked (a second name) or not wanted
+        return created
+
+    def _link_if_absent(self, folder: int, temp: str, key: str, name: str) -> bool:
+        """Give ``temp`` the name ``name`` unless it exists; whether it did.
+
+        A folder holding no key in the way is removed (as ``_replace`` does);
+        one with keys is a conflict, a link at the key is refused as reads
+        refuse it.
+        """
+        for _ in range(_RETRIES):
+            try:
+                _link_no_replace(temp, name, folder)
+                return True
+            except FileExistsError:
+                mode = _lstat_mode(name, folder)
+                if mode is None:
+                    continue  # deleted since: try again
+                if stat.S_ISLNK(mode):
+                    raise self._unsafe(key, key) from None
+                if not stat.S_ISDIR(mode):
+                    return False
+                if not _remove_keyless_tree(folder, name):
+                    raise self._prefix_conflict(key) from None
+        raise self._prefix_conflict(key)
+
     def _delete(self, key: str) -> None:
         try:
             self._delete_once(key)
@@ -1523,3 +1621,58 @@ def _check_segment(key: str, segment: str) -> None:
             f"invalid key {key!r}: segment {segment!r} has the form of a temporary "
             f"file name ({TEMP_PREFIX!r} + 32 hex digits), which is reserved"
         )
+
+
+# Hard links are missing on some file systems (FAT, exFAT, some FUSE and
+# network mounts: EPERM, EOPNOTSUPP); renameat2's RENAME_NOREPLACE (Linux 3.15,
+# glibc 2.28) does the same there on the local file systems that have it.
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS,
+                            errno.EMLINK})
+_RENAME_NOREPLACE = 1
+
+
+def _find_renameat2() -> Callable[[int, str, int, str], int] | None:
+    """``renameat2(old_dir, old, new_dir, new)`` with ``RENAME_NOREPLACE``; None if absent.
+
+    Returns 0, or ``-errno``.
+    """
+    if sys.platform != "linux":
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                         ctypes.c_uint]
+
+    def renameat2(old_dir: int, old: str, new_dir: int, new: str) -> int:
+        done = function(old_dir, os.fsencode(old), new_dir, os.fsencode(new),
+                        _RENAME_NOREPLACE)
+        return 0 if done == 0 else -ctypes.get_errno()
+
+    return renameat2
+
+
+_renameat2 = _find_renameat2()
+
+
+def _link_no_replace(temp: str, name: str, folder: int) -> None:
+    """Give the file ``temp`` of ``folder`` the name ``name`` too, or raise
+    ``FileExistsError`` if ``name`` exists (whatever it is, a link included)."""
+    try:
+        os.link(temp, name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
+        return
+    except OSError as error:
+        if error.errno not in _NO_HARD_LINKS:
+            raise
+        linking = error
+    failed = -1 if _renameat2 is None else -_renameat2(folder, temp, folder, name)
+    if failed == 0:
+        return
+    if failed > 0 and failed not in (errno.EINVAL, errno.ENOSYS):
+        raise OSError(failed, os.strerror(failed), name)
+    raise UnsupportedOperationError(
+        f"cannot create {name!r} only if absent: this file system has neither hard links "
+        f"({linking.strerror}) nor renameat2(RENAME_NOREPLACE)"
+    ) from linking

@@ -32,6 +32,7 @@ from ..readers import BufferReader, ValueReader
 from ._reserve import SpaceReserve, free_bytes
 
 if TYPE_CHECKING:
+    from ..base import Version
     from ..transactions import ChangeSet
 
 __all__ = ["DEFAULT_MAP_SIZE", "LMDBStore"]
@@ -796,6 +797,8 @@ class LMDBStore(Store):
     blocking = False  # a read is a memory copy out of the map
     supports_transactions = True
     supports_snapshots = True
+    supports_create_if_absent = True  # put(overwrite=False) in a write transaction
+    supports_compare_and_swap = True  # compared and put in one write transaction
 
     def __init__(
         self,
@@ -1372,6 +1375,37 @@ class LMDBStore(Store):
 
     def _snapshot(self) -> Store:
         return _LMDBSnapshot(self)
+
+    # ---------------------------------------------------- conditional writes
+    # One write transaction each: LMDB serializes writers across processes
+    # (its lock file), so nothing changes the key between the look and the put.
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        encoded = key.encode()
+        return self._write_conditionally(
+            lambda txn: txn.put(encoded, value, overwrite=False), value)
+
+    def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
+        encoded = key.encode()
+
+        def work(txn: lmdb.Transaction) -> bool:
+            if not self._holds(txn.get(encoded), expected):
+                return False
+            return txn.put(encoded, value)
+
+        return self._write_conditionally(work, value)
+
+    def _write_conditionally(self, work: Callable[[lmdb.Transaction], bool],
+                             value: Buffer) -> bool:
+        """Run a conditional write as ``_set`` runs its general path (grow, nudge)."""
+        large = len(value) if len(value) >= _WRITEBACK_VALUE_BYTES else 0
+
+        def attempt() -> bool:
+            return self._run(work, write=True, payload=len(value), large=large)
+
+        try:
+            return attempt()
+        except StoreFullError:
+            return self._after_nudge(attempt)
 
     # ------------------------------------------------------------- lifecycle
     def _close(self) -> None:

@@ -7,7 +7,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..base import Buffer, Mode, SortedNames, Store
+from ..base import Buffer, Mode, SortedNames, Store, Version
 from ..keys import prefix_upper_bound
 
 if TYPE_CHECKING:
@@ -68,6 +68,8 @@ class MemoryStore(Store):
     persistent = False
     supports_transactions = True
     supports_snapshots = True
+    supports_create_if_absent = True  # under the store's lock (one process)
+    supports_compare_and_swap = True
     _commit_copies_values = False  # a commit keeps the values: hold them as bytes
 
     def __init__(self, *, mode: Mode = "a") -> None:
@@ -138,6 +140,21 @@ class MemoryStore(Store):
                     self._delete_many([key])
                 else:
                     self._set(key, value)
+
+    # Conditional writes: the look and the write under the lock every write takes.
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        with self._lock:
+            if key in self._data:
+                return False
+            self._set(key, value)
+            return True
+
+    def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
+        with self._lock:
+            if not self._holds(self._data.get(key), expected):
+                return False
+            self._set(key, value)
+            return True
 
     def _value_or_none(self, key: str) -> bytes | None:
         try:

@@ -31,6 +31,7 @@ from ._network import (
 )
 
 if TYPE_CHECKING:
+    from ..base import Version
     from ..transactions import Transaction
 
 __all__ = ["MongoDBStore", "client_url_options"]
@@ -42,6 +43,10 @@ DEFAULT_URL = "mongodb://127.0.0.1:27017"
 # Field names.  "key" and "value" are zarr-python 2.18's; a value too large for
 # one document has "parts" (the id of its version) and "size" instead of "value".
 KEY, VALUE, PARTS, SIZE = "key", "value", "parts", "size"
+# A random id each write of an inline value sets (a split value's "parts" id
+# serves as one): what replace_if's update filters on, so that the server
+# needs no comparison of binary values (which MongoDB emulators lack).
+REV = "rev"
 
 #: The BSON document limit of every MongoDB server.
 MAX_DOCUMENT = 16 << 20
@@ -153,6 +158,25 @@ def _bson_bytes(value: Buffer) -> bytes:
 def _plain(value: Any) -> bytes:
     """A stored binary as ``bytes`` (pymongo gives ``Binary`` for subtypes other than 0)."""
     return value if type(value) is bytes else bytes(value)
+
+
+def _new_rev() -> str:
+    """A fresh ``rev`` for a write of an inline value."""
+    return secrets.token_hex(8)
+
+
+def _state_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """A filter matching ``doc``'s key only while it holds the value it held when read.
+
+    A split value's parts id and an inline value's ``rev`` are unique to the
+    write that made them; a document written before ``rev`` existed (by
+    zarr-python 2) is matched by its value, which the server compares.
+    """
+    if PARTS in doc:
+        return {PARTS: doc[PARTS]}
+    if REV in doc:
+        return {REV: doc[REV]}
+    return {REV: {"$exists": False}, VALUE: doc[VALUE]}
 
 
 def _why_no_transactions(hello: dict[str, Any], build: dict[str, Any]) -> str:
@@ -280,6 +304,8 @@ class MongoDBStore(Store):
     # from what the server answers (_server_answer).
     supports_transactions = False
     supports_snapshots = False
+    supports_create_if_absent = True  # an insert: the unique index on "key" decides
+    supports_compare_and_swap = True  # an update whose filter is the state compared
     max_value_size = None
 
     def __init__(
@@ -479,9 +505,10 @@ class MongoDBStore(Store):
             # "size" on every document we write: getsize then never asks the
             # server to measure a binary ($binarySize is only a fallback for
             # documents written by zarr-python 2).
-            return {"$set": {VALUE: _bson_bytes(value), SIZE: len(value)}, "$unset": {PARTS: ""}}
+            return {"$set": {VALUE: _bson_bytes(value), SIZE: len(value), REV: _new_rev()},
+                    "$unset": {PARTS: ""}}
         version = self._write_parts(value)
-        return {"$set": {PARTS: version, SIZE: len(value)}, "$unset": {VALUE: ""}}
+        return {"$set": {PARTS: version, SIZE: len(value)}, "$unset": {VALUE: "", REV: ""}}
 
     def _value_of(self, key: str, doc: dict[str, Any]) -> bytes:
         if PARTS not in doc:
@@ -611,9 +638,10 @@ class MongoDBStore(Store):
         if doc is None:
             raise KeyError(src)
         if PARTS in doc:  # the destination shares the parts: no data moves
-            update = {"$set": {PARTS: doc[PARTS], SIZE: doc[SIZE]}, "$unset": {VALUE: ""}}
+            update = {"$set": {PARTS: doc[PARTS], SIZE: doc[SIZE]}, "$unset": {VALUE: "", REV: ""}}
         else:
-            update = {"$set": {VALUE: doc[VALUE], SIZE: len(doc[VALUE])}, "$unset": {PARTS: ""}}
+            update = {"$set": {VALUE: doc[VALUE], SIZE: len(doc[VALUE]), REV: _new_rev()},
+                      "$unset": {PARTS: ""}}
         # The destination holds a whole value throughout; the source goes last.
         old = self._docs.find_one_and_update({KEY: dst}, update, projection=_PARTS_ONLY,
                                              upsert=True)
@@ -642,6 +670,58 @@ class MongoDBStore(Store):
     @network_errors_as
     def _len(self) -> int:
         return self._docs.count_documents({})
+
+    # ------------------------------------------------------ conditional writes
+    # A large value's parts are stored first under a fresh version id; the one
+    # write that decides (an insert, a filtered update) then points the key
+    # at them or not, and parts left unused are deleted.
+    @network_errors_as
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        update = self._update_for(key, value)
+        try:
+            self._docs.insert_one({KEY: key, **update["$set"]})
+        except _import_pymongo().errors.DuplicateKeyError:
+            self._drop_parts([update["$set"].get(PARTS)])
+            return False
+        except BaseException:
+            self._drop_parts([update["$set"].get(PARTS)])
+            raise
+        return True
+
+    @network_errors_as
+    def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
+        update: dict[str, Any] | None = None
+        missed: dict[str, Any] | None = None  # a document the last filter did not match
+        try:
+            for _ in range(_READ_ATTEMPTS):
+                doc = self._docs.find_one({KEY: key}, {**_FIELDS, REV: 1})
+                if doc is None or not self._holds(self._value_of(key, doc), expected):
+                    return False
+                if doc == missed:
+                    raise StoreIOError(
+                        f"{self._store_name()}: the server matched no document for key {key!r} "
+                        "although it is unchanged: it was written without a 'rev' (by "
+                        "zarr-python 2), so it is compared by value, which this server cannot "
+                        "do (MongoDB can; an emulator may not).  Write it through zstores once")
+                seen = _state_of(doc)
+                if update is None:
+                    update = self._update_for(key, value)
+                old = self._docs.find_one_and_update({KEY: key, **seen}, update,
+                                                     projection=_PARTS_ONLY)
+                if old is not None:
+                    self._drop_parts([old.get(PARTS)])
+                    update = None  # applied: its parts are the key's now
+                    return True
+                # Written by another writer between the read and the update:
+                # compare again with what it holds now.
+                missed = doc
+        finally:
+            if update is not None:
+                self._drop_parts([update["$set"].get(PARTS)])
+        raise StoreIOError(
+            f"the value of key {key!r} in {self._describe()} kept changing during "
+            f"{_READ_ATTEMPTS} attempts to compare and replace it"
+        )
 
     # ------------------------------------------------ transactions, snapshots
     def transaction(self, *, bind_thread: bool = True) -> Transaction:

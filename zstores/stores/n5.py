@@ -38,8 +38,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..base import Buffer, Mode, Store
-from ..errors import InvalidKeyError
+from ..base import Buffer, Mode, Store, Version
+from ..errors import InvalidKeyError, StoreIOError
 from ..keys import prefix_of
 from ..metadata import n5 as n5_metadata
 from ..metadata import v2
@@ -66,6 +66,7 @@ ATTRIBUTES = n5_metadata.ATTRIBUTES
 _DOCUMENTS = (ARRAY_V2, GROUP_V2, ATTRS_V2)
 _CHUNK_NAME = re.compile(r"\d+(\.\d+)*")
 _NUMBER = re.compile(r"\d+")
+_CAS_ATTEMPTS = 20  # replace_if with expected bytes: compare again after a lost race
 _CORRUPT: dict[str, Any] = {}  # stands for an attributes.json that is not a JSON object
 
 
@@ -352,6 +353,92 @@ class N5Store(WrapperStore):
         if size is None:
             raise KeyError(key)
         return size
+
+    # ---------------------------------------------------- conditional writes
+    # A chunk is its block in the inner store and any other key itself, so
+    # these are the inner store's own atomic operations on the block or key
+    # (a chunk's version is its block's).  The metadata documents share one
+    # attributes.json, rewritten whole: they are checked and written under
+    # the view's lock, atomic among this process's threads only.
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        if _split(key)[1] in _DOCUMENTS:
+            with self._attributes_lock:
+                if self._contains(key):
+                    return False
+                self._set_document(key, value)
+                return True
+        target, data = self._inner_write(key, value, _Attributes(self._store))
+        return self._store.set_if_not_exists(target, data)
+
+    def _get_with_version(self, key: str) -> tuple[bytes, Version]:
+        if _split(key)[1] in _DOCUMENTS:
+            return Store._get_with_version(self, key)  # a digest of the document shown
+        found = _Attributes(self._store)
+        target = self._inner_key(key, found)
+        try:
+            stored, version = self._store.get_with_version(target)
+        except KeyError:
+            raise KeyError(key) from None
+        return self._view_value(key, stored, found), version
+
+    def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
+        if _split(key)[1] in _DOCUMENTS:
+            with self._attributes_lock:
+                try:
+                    current = self._get(key)
+                except KeyError:
+                    return False
+                if not self._holds(current, expected):
+                    return False
+                self._set_document(key, value)
+                return True
+        found = _Attributes(self._store)
+        target, data = self._inner_write(key, value, found)
+        if isinstance(expected, Version):
+            return self._store.replace_if(target, expected, data)
+        for _ in range(_CAS_ATTEMPTS):
+            # The chunk as the view shows it is compared here; the block is
+            # replaced only while it is the version that was compared.
+            try:
+                stored, version = self._store.get_with_version(target)
+            except KeyError:
+                return False
+            if self._view_value(key, stored, found) != expected:
+                return False
+            if self._store.replace_if(target, version, data):
+                return True
+        raise StoreIOError(
+            f"{self!r}: key {key!r} kept being rewritten during {_CAS_ATTEMPTS} attempts "
+            "to compare and replace it")
+
+    def _inner_key(self, key: str, found: _Attributes) -> str:
+        """The inner store's key for a chunk or plain key of the view."""
+        chunk = self._chunk(key, found)
+        if chunk is None:
+            self._check_not_a_block(key, found)
+            return key
+        return chunk[0]
+
+    def _inner_write(self, key: str, value: Buffer, found: _Attributes) -> tuple[str, Buffer]:
+        """The inner key and bytes that writing ``value`` at a chunk or plain key becomes."""
+        if _split(key)[1] == NODE_V3:
+            raise MetadataError(
+                f"key {key!r}: an N5 store shows Zarr format 2 metadata only (as "
+                "zarr-python 2's N5Store); create arrays and groups with zarr_format=2"
+            )
+        chunk = self._chunk(key, found)
+        if chunk is None:
+            self._check_not_a_block(key, found)
+            return key, value
+        block_key, spec = chunk
+        return block_key, encode_block(decode_zarr_chunk(value, spec, key), spec, key)
+
+    def _view_value(self, key: str, stored: bytes, found: _Attributes) -> bytes:
+        """What the view shows at ``key`` for the inner store's bytes ``stored``."""
+        chunk = self._chunk(key, found)
+        if chunk is None:
+            return stored
+        return encode_zarr_chunk(decode_block(stored, chunk[1], key), chunk[1])
 
     # ------------------------------------------------------------ listing
     def _view_keys(self, inner_keys: list[str], context: Iterable[str]) -> list[str]:

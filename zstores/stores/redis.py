@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..base import Buffer, Mode, Store
+from ..base import Buffer, Mode, Store, Version
 from ..errors import (
     StoreConnectionError,
     StoreFullError,
@@ -68,6 +68,21 @@ _STAT_SCRIPT = """
 local size = redis.call('STRLEN', KEYS[1])
 if size == 0 and redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 return size
+"""
+
+# Compare-and-swap in one atomic step: KEYS[1] is set to ARGV[3] only if it
+# holds ARGV[2] (ARGV[1] "value") or a value whose SHA-1 is ARGV[2] (ARGV[1]
+# "sha1": a Version from get_with_version).  1 if it was set, else 0.
+_REPLACE_IF_SCRIPT = """
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+if ARGV[1] == 'sha1' then
+  if redis.sha1hex(current) ~= ARGV[2] then return 0 end
+elseif current ~= ARGV[2] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[3])
+return 1
 """
 
 # Bytes of values per MSET: the server reads a whole command into its query
@@ -321,6 +336,9 @@ class RedisStore(Store):
     # Redis keeps one version of each key: a consistent view of many keys while
     # writers go on would mean copying them all (see docs/transactions.md).
     supports_snapshots = False
+    supports_create_if_absent = True  # SET NX
+    supports_compare_and_swap = True  # a Lua script: compare and SET in one atomic step
+    _version_kind = "sha1"  # what the server's redis.sha1hex computes
     max_value_size = MAX_STRING
 
     def __init__(
@@ -610,6 +628,24 @@ class RedisStore(Store):
             # A key deleted by another client since the SCAN is simply gone.
             if isinstance(result, Exception) and "no such key" not in str(result).lower():
                 raise result
+
+    # ------------------------------------------------------ conditional writes
+    # Sent once through the commit client (no retries): a retried SET NX whose
+    # first attempt landed would answer False for the caller's own value.
+    @network_errors_as
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        return bool(self._committer.set(self._base + key, value, nx=True))
+
+    @network_errors_as
+    def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
+        if isinstance(expected, Version):
+            if expected.kind != self._version_kind:
+                self._holds(b"", expected)  # raises, naming the kinds
+            how, token = "sha1", expected.token.encode()
+        else:
+            how, token = "value", expected
+        return bool(self._committer.eval(_REPLACE_IF_SCRIPT, 1, self._base + key,
+                                         how, token, value))
 
     # ------------------------------------------------------------ transactions
     @network_errors_as

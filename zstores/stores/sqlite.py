@@ -31,6 +31,7 @@ from ..readers import BufferReader, SnapshotReader, ValueReader
 from ._reserve import SpaceReserve, free_bytes
 
 if TYPE_CHECKING:
+    from ..base import Version
     from ..transactions import ChangeSet
 
 __all__ = ["SQLiteStore"]
@@ -472,6 +473,8 @@ class SQLiteStore(Store):
     max_value_size = 1_000_000_000 - _ROW_OVERHEAD
     supports_transactions = True
     supports_snapshots = True
+    supports_create_if_absent = True  # INSERT ... ON CONFLICT DO NOTHING
+    supports_compare_and_swap = True  # compared and updated in one BEGIN IMMEDIATE
 
     def __init__(
         self,
@@ -1039,6 +1042,26 @@ class SQLiteStore(Store):
 
     def _snapshot(self) -> Store:
         return _SQLiteSnapshot(self)
+
+    # ---------------------------------------------------- conditional writes
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        # One statement: the primary key decides, under SQLite's write lock.
+        if self._full is not None:
+            self._refuse_while_full()
+        return self._write(
+            f"INSERT INTO {self._q}(k, v) VALUES (?, ?) ON CONFLICT(k) DO NOTHING",
+            (key, value), len(value) + _PAGE_SIZE) == 1
+
+    def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
+        # BEGIN IMMEDIATE holds the write lock from the read to the commit.
+        if self._full is not None:
+            self._refuse_while_full()
+        with self._transaction(write=True, size=len(value) + _PAGE_SIZE) as db:
+            row = db.execute(f"SELECT v FROM {self._q} WHERE k = ?", (key,)).fetchone()
+            if not self._holds(None if row is None else _as_bytes(row[0]), expected):
+                return False
+            db.execute(f"UPDATE {self._q} SET v = ? WHERE k = ?", (value, key))
+            return True
 
     # ------------------------------------------------------------- lifecycle
     def _close(self) -> None:

@@ -26,7 +26,7 @@ from ..errors import (
     UnsupportedOperationError,
     ValueTooLargeError,
 )
-from ._single_writer import writer_lock
+from ._single_writer import LockedConditionalWrites, writer_lock
 
 __all__ = ["ZipStore"]
 
@@ -58,7 +58,7 @@ def _stored_plain(info: zipfile.ZipInfo) -> bool:
     return info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & _FLAG_ENCRYPTED
 
 
-class ZipStore(Store):
+class ZipStore(LockedConditionalWrites, Store):
     """Keys and values as the members of a zip archive.
 
     The layout is zarr-python 2.18's ``ZipStore``: one member per key, named by

@@ -28,7 +28,15 @@ from ..errors import (
     ValueTooLargeError,
 )
 from .stateful import run_stateful_test
-from .workers import overwrite, value_for, write_in_transaction, write_keys
+from .workers import (
+    overwrite,
+    race_conditional,
+    race_key,
+    race_start,
+    value_for,
+    write_in_transaction,
+    write_keys,
+)
 
 T = TypeVar("T")
 
@@ -1304,6 +1312,242 @@ class StoreTests:
             assert child.exitcode == 0
             assert store["p/0"] == b"after" * 100
             assert self.listed(view) == values
+
+    # ---------------------------------------------------- conditional writes
+    def requires_create_if_absent(self, store: Store) -> None:
+        if not store.supports_create_if_absent:
+            pytest.skip(f"{type(store).__name__} declares supports_create_if_absent=False")
+
+    def requires_compare_and_swap(self, store: Store) -> None:
+        if not store.supports_compare_and_swap:
+            pytest.skip(f"{type(store).__name__} declares supports_compare_and_swap=False")
+
+    def test_conditional_write_flags_are_declared(self, store: Store) -> None:
+        assert isinstance(store.supports_create_if_absent, bool)
+        assert isinstance(store.supports_compare_and_swap, bool)
+
+    def test_set_if_not_exists(self, store: Store) -> None:
+        self.requires_create_if_absent(store)
+        assert store.set_if_not_exists("c/a", b"first") is True
+        assert store.set_if_not_exists("c/a", b"second") is False
+        assert store.set_if_not_exists("/c//a/", b"third") is False  # the same key, normalized
+        assert store["c/a"] == b"first"
+        assert store.set_if_not_exists("c/b", memoryview(np.arange(4, dtype="u2"))) is True
+        assert store["c/b"] == np.arange(4, dtype="u2").tobytes()
+        del store["c/a"]
+        assert store.set_if_not_exists("c/a", bytearray(b"again")) is True
+        assert store["c/a"] == b"again"
+        if store.supports_empty_values:
+            assert store.set_if_not_exists("c/empty", b"") is True
+            assert store.set_if_not_exists("c/empty", b"x") is False
+            assert store["c/empty"] == b""
+        with pytest.raises(TypeError):
+            store.set_if_not_exists("c/x", "text")
+        with pytest.raises(InvalidKeyError):
+            store.set_if_not_exists("a/../b", b"x")
+        assert self.listed(store) == {
+            self.canonical_key(key): value for key, value in
+            {"c/a": b"again", "c/b": np.arange(4, dtype="u2").tobytes(),
+             **({"c/empty": b""} if store.supports_empty_values else {})}.items()}
+
+    def test_set_if_not_exists_large_value(self, store: Store) -> None:
+        self.requires_create_if_absent(store)
+        size = 17 * MiB  # above MongoDB's 16 MiB document limit: a value in parts
+        if store.max_value_size is not None and store.max_value_size < size:
+            pytest.skip(f"{type(store).__name__} holds at most {store.max_value_size} bytes")
+        big = np.random.default_rng(7).integers(0, 256, size, dtype="u1").tobytes()
+        assert store.set_if_not_exists("big", big) is True
+        assert store.set_if_not_exists("big", b"small") is False
+        assert store.set_if_not_exists("big", big[::-1]) is False
+        assert store["big"] == big
+        if store.supports_compare_and_swap:
+            assert store.replace_if("big", big[::-1], b"x") is False
+            assert store.replace_if("big", big, big[::-1]) is True
+            value, version = store.get_with_version("big")
+            assert value == big[::-1]
+            assert store.replace_if("big", version, b"small") is True
+            assert store["big"] == b"small"
+
+    def test_set_if_not_exists_keeps_hierarchy_rules(self, store: Store) -> None:
+        self.requires_create_if_absent(store)
+        if not store.hierarchical:
+            pytest.skip(f"{type(store).__name__} lets a key also be a prefix")
+        store["h/a/b"] = b"1"
+        with pytest.raises(KeyConflictError):
+            store.set_if_not_exists("h/a", b"x")  # a prefix of a key
+        with pytest.raises(KeyConflictError):
+            store.set_if_not_exists("h/a/b/c", b"x")  # below a key
+        assert self.listed(store) == {self.canonical_key("h/a/b"): b"1"}
+
+    def test_replace_if(self, store: Store) -> None:
+        self.requires_compare_and_swap(store)
+        store["k"] = b"one"
+        assert store.replace_if("k", b"other", b"x") is False
+        assert store.replace_if("k", b"one", b"two") is True
+        assert store.replace_if("k", b"one", b"three") is False
+        assert store["k"] == b"two"
+        assert store.replace_if("k", bytearray(b"two"), memoryview(b"three")) is True
+        assert store.replace_if("missing", b"", b"x") is False
+        assert store.replace_if("missing", b"one", b"x") is False
+        assert "missing" not in store
+        value, version = store.get_with_version("k")
+        assert value == b"three"
+        again = pickle.loads(pickle.dumps(version))  # another process may hold the token
+        assert again == version and hash(again) == hash(version)
+        assert store.get_with_version("k")[1] == version  # unchanged: the same version
+        assert store.replace_if("k", again, b"four") is True
+        assert store.replace_if("k", version, b"five") is False  # stale now
+        assert store["k"] == b"four"
+        _, version = store.get_with_version("k")
+        store["k"] = b"plain"  # a plain write moves the version on
+        assert store.replace_if("k", version, b"six") is False
+        assert store["k"] == b"plain"
+        store["gone"] = b"1"
+        _, version = store.get_with_version("gone")
+        del store["gone"]
+        assert store.replace_if("gone", version, b"x") is False
+        assert "gone" not in store
+        with pytest.raises(KeyError):
+            store.get_with_version("gone")
+
+    def test_conditional_writes_refused_when_declared(self, store: Store) -> None:
+        store["k"] = b"v"
+        if not store.supports_create_if_absent:
+            with pytest.raises(UnsupportedOperationError,
+                               match=f"{type(store).__name__}.*supports_create_if_absent=False"):
+                store.set_if_not_exists("new", b"x")
+            assert "new" not in store
+        if not store.supports_compare_and_swap:
+            with pytest.raises(UnsupportedOperationError,
+                               match=f"{type(store).__name__}.*supports_compare_and_swap=False"):
+                store.replace_if("k", b"v", b"x")
+            assert store["k"] == b"v"
+        value, version = store.get_with_version("k")  # a read: every store answers
+        assert value == b"v" and version == store.get_with_version("k")[1]
+
+    def test_conditional_writes_refused_read_only(self, store: Store, location: Path) -> None:
+        store["k"] = b"v"
+        if store.persistent:
+            store = self.reopen(store, location, mode="r")
+        else:
+            store._mode = "r"
+        try:
+            with pytest.raises(ReadOnlyError, match="read-only"):
+                store.set_if_not_exists("new", b"x")
+            with pytest.raises(ReadOnlyError, match="read-only"):
+                store.replace_if("k", b"v", b"x")
+            assert store.get_with_version("k")[0] == b"v"
+            assert self.listed(store) == {"k": b"v"}
+        finally:
+            store.close()
+
+    def test_conditional_writes_in_a_transaction(self, store: Store) -> None:
+        self.requires_transactions(store)
+        self.requires_create_if_absent(store)
+        self.requires_compare_and_swap(store)
+        store["t/k"] = b"old"
+        with store.transaction():
+            assert store.set_if_not_exists("t/new", b"1") is True
+            assert store.set_if_not_exists("t/new", b"2") is False  # the overlay's own write
+            assert store.replace_if("t/k", b"old", b"mid") is True
+            value, version = store.get_with_version("t/k")
+            assert value == b"mid"
+            assert store.replace_if("t/k", version, b"new") is True
+            assert self.committed_view(store)() == {"t/k": b"old"}
+        assert self.listed(store) == {"t/k": b"new", "t/new": b"1"}
+        # Another writer creates the key before the commit: nothing is applied.
+        second_handle = store.persistent and store.supports_process_writers
+        writer = store.reopen("a") if second_handle else store
+        try:
+            tx = store.transaction()
+            assert store.set_if_not_exists("t/raced", b"mine") is True
+            assert store.replace_if("t/k", b"new", b"newer") is True
+            self.in_other_thread(lambda: writer.__setitem__("t/raced", b"theirs"))
+            with pytest.raises(TransactionConflictError, match="t/raced"):
+                tx.commit()
+            assert self.listed(store) == {"t/k": b"new", "t/new": b"1", "t/raced": b"theirs"}
+        finally:
+            if writer is not store:
+                writer.close()
+
+    #: Rounds of each conditional-write race (a fresh key per round).
+    race_rounds = 8
+
+    def race(self, store: Store, op: str, roles: list[str]) -> list[list[bool | None]]:
+        """Run ``race_conditional`` with one racer per role; each racer's outcomes.
+
+        Processes (spawned, each with its own handle) where several may write
+        the store, threads on this handle otherwise (in-memory and
+        single-writer stores).  A barrier starts every round in all racers.
+        """
+        processes = store.persistent and store.supports_process_writers
+        if processes:
+            context = multiprocessing.get_context("spawn")
+            barrier, results = context.Barrier(len(roles)), context.Queue()
+            racers: list[Any] = [
+                context.Process(target=race_conditional, args=(
+                    store, writer, role, op, self.race_rounds, barrier, results, True))
+                for writer, role in enumerate(roles)]
+        else:
+            import queue
+            barrier, results = threading.Barrier(len(roles)), queue.Queue()
+            racers = [threading.Thread(target=race_conditional, args=(
+                store, writer, role, op, self.race_rounds, barrier, results, False))
+                for writer, role in enumerate(roles)]
+        for racer in racers:
+            racer.start()
+        try:
+            outcomes = dict(results.get(timeout=300) for _ in roles)
+        finally:
+            for racer in racers:
+                racer.join(120)
+                if processes and racer.is_alive():
+                    racer.kill()
+        errors = [text for text in outcomes.values() if isinstance(text, str)]
+        assert not errors, errors
+        return [outcomes[writer] for writer in range(len(roles))]
+
+    def winners(self, outcomes: list[list[bool | None]], index: int) -> list[int]:
+        return [writer for writer, seen in enumerate(outcomes) if seen[index]]
+
+    def test_set_if_not_exists_race(self, store: Store) -> None:
+        self.requires_create_if_absent(store)
+        outcomes = self.race(store, "create", ["create"] * 4)
+        for index in range(self.race_rounds):
+            winners = self.winners(outcomes, index)
+            assert len(winners) == 1, f"round {index}: winners {winners}"
+            assert store[race_key("create", index)] == value_for(winners[0], index)
+
+    def test_set_if_not_exists_race_with_a_plain_writer(self, store: Store) -> None:
+        self.requires_create_if_absent(store)
+        outcomes = self.race(store, "create", ["create"] * 3 + ["plain"])
+        for index in range(self.race_rounds):
+            winners = self.winners(outcomes, index)
+            assert len(winners) <= 1, f"round {index}: winners {winners}"
+            stored = store[race_key("create", index)]
+            allowed = [value_for(3, index)] + [value_for(w, index) for w in winners]
+            assert stored in allowed, f"round {index}: a value no winner wrote"
+
+    def test_replace_if_race(self, store: Store) -> None:
+        self.requires_compare_and_swap(store)
+        store.update({race_key("replace", i): race_start(i) for i in range(self.race_rounds)})
+        outcomes = self.race(store, "replace", ["replace-bytes", "replace-version"] * 2)
+        for index in range(self.race_rounds):
+            winners = self.winners(outcomes, index)
+            assert len(winners) == 1, f"round {index}: winners {winners}"
+            assert store[race_key("replace", index)] == value_for(winners[0], index)
+
+    def test_replace_if_race_with_a_plain_writer(self, store: Store) -> None:
+        self.requires_compare_and_swap(store)
+        store.update({race_key("replace", i): race_start(i) for i in range(self.race_rounds)})
+        outcomes = self.race(store, "replace", ["replace-bytes", "replace-version",
+                                                "replace-bytes", "plain"])
+        for index in range(self.race_rounds):
+            winners = self.winners(outcomes, index)
+            assert len(winners) <= 1, f"round {index}: winners {winners}"
+            stored = store[race_key("replace", index)]
+            allowed = [value_for(3, index)] + [value_for(w, index) for w in winners]
+            assert stored in allowed, f"round {index}: a value no winner wrote"
 
     # ------------------------------------------------------------- stateful
     def test_stateful_against_dict(self, tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -429,6 +429,19 @@ class LRUStoreCache(WrapperStore):
         values = dict(items)
         self._write(values, lambda: self._store.setitems(values))
 
+    # A conditional write drops the key around it as any write does; its value
+    # is not cached (the inner store may have kept another writer's instead).
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        return self._conditional(key, lambda: self._store.set_if_not_exists(key, value))
+
+    def _replace_if(self, key: str, expected: Any, value: Buffer) -> bool:
+        return self._conditional(key, lambda: self._store.replace_if(key, expected, value))
+
+    def _conditional(self, key: str, call: Callable[[], bool]) -> bool:
+        done: list[bool] = []
+        self._write({key: None}, lambda: done.append(call()))
+        return done[0]
+
     def _delete(self, key: str) -> None:
         self._write({key: None}, lambda: self._store.__delitem__(key))
 

@@ -281,6 +281,14 @@ class ConsolidatedStore(WrapperStore):
         self._check_keys(key for key, _ in items)
         super()._set_many(items)
 
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        self._check_keys([key])
+        return super()._set_if_absent(key, value)
+
+    def _replace_if(self, key: str, expected: Any, value: Buffer) -> bool:
+        self._check_keys([key])
+        return super()._replace_if(key, expected, value)
+
     def _delete(self, key: str) -> None:
         self._check_keys([key])
         super()._delete(key)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..base import Buffer, Mode, Store, check_mode
+from ..base import Buffer, Mode, Store, Version, check_mode
 
 if TYPE_CHECKING:
     from ..transactions import ChangeSet
@@ -74,6 +74,7 @@ class WrapperStore(Store):
         self.supports_transactions = store.supports_transactions  # type: ignore[misc]
         self.supports_snapshots = store.supports_snapshots  # type: ignore[misc]
         self._commit_copies_values = store._commit_copies_values
+        self._take_conditional_writes(store)
 
     def _wrapper_mode(self, store: Store, mode: str | None) -> str:
         if mode is None:
@@ -167,6 +168,25 @@ class WrapperStore(Store):
     # A transaction on the wrapper gathers its writes in an overlay over the
     # wrapper (reads go through it: a cache serves them); the commit is the
     # inner store's, which checks every read against the stored values.
+    # ---------------------------------------------------- conditional writes
+    # The inner store's, through its public methods: a wrapper is as atomic as
+    # its store, and refuses what the store refuses, for the store's reason.
+    def _take_conditional_writes(self, store: Store) -> None:
+        self.supports_create_if_absent = store.supports_create_if_absent
+        self.supports_compare_and_swap = store.supports_compare_and_swap
+        self._create_if_absent_refusal = store._create_if_absent_refusal
+        self._compare_and_swap_refusal = store._compare_and_swap_refusal
+        self._version_kind = store._version_kind
+
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        return self._store.set_if_not_exists(key, value)
+
+    def _get_with_version(self, key: str) -> tuple[bytes, Version]:
+        return self._store.get_with_version(key)
+
+    def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
+        return self._store.replace_if(key, expected, value)
+
     def _commit_changes(self, changes: ChangeSet) -> None:
         self._store._commit_changes(changes)
 

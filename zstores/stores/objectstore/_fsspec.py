@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import os
 import re
 from collections.abc import Awaitable, Callable, Iterator
@@ -91,6 +92,10 @@ class FsspecEngine:
                     f"via='fsspec' for {protocol}:// needs its file system ({error}): "
                     f"pip install 'zstores[{extra}]'") from None
         self._class = filesystem
+        self._protocol = protocol
+        if protocol not in _CONDITIONAL:
+            self.conditional_refusal = (
+                f"fsspec's {protocol}:// file system sends no conditional requests")
         self._storage_options = {name: value for name, value in storage_options.items()
                                  if value is not None}
         self._fs: Any = None
@@ -354,6 +359,104 @@ class FsspecEngine:
         self._gather(self.fs._cp_file,
                      [(self._full(source), self._full(target)) for source, target in moves])
 
+    # ---------------------------------------------------- conditional writes
+    # Each library's own client, one request each (the conditions are the
+    # service's: If-None-Match / If-Match on S3 and Azure, ifGenerationMatch
+    # on GCS); a 412 (409 on a concurrent S3 create) means the condition failed.
+    #: Why conditional requests are refused through this engine ("": they work).
+    conditional_refusal = ""
+
+    def put_if_absent(self, path: str, value: bytes | memoryview) -> bool:
+        return bool(self._run(self._conditional_put, path, bytes(value), None))
+
+    def put_if_matches(self, path: str, value: bytes | memoryview, *, e_tag: str | None = None,
+                       version: str | None = None) -> bool:
+        token = version if self._protocol == "gs" else e_tag
+        if token is None:
+            return False
+        return bool(self._run(self._conditional_put, path, bytes(value), token))
+
+    def get_versioned(self, path: str) -> tuple[bytes, str | None, str | None] | None:
+        """The object's bytes with its ETag (GCS: generation); None if missing."""
+        if self._protocol not in _CONDITIONAL:
+            value = self.get(path)  # no version: the store digests the value
+            return None if value is None else (value, None, None)
+        return self._run(self._get_versioned, path)  # type: ignore[no-any-return]
+
+    async def _get_versioned(self, path: str) -> tuple[bytes, str | None, str | None] | None:
+        fs, key = self.fs, path
+        try:
+            if self._protocol == "s3":
+                answer = await fs._call_s3("get_object", Bucket=self.container, Key=key)
+                async with answer["Body"] as body:
+                    return await body.read(), answer["ETag"], None
+            if self._protocol == "gs":
+                # The generation first, then the bytes of exactly that generation:
+                # a 404 means it was replaced between the two (read again).
+                for _ in range(_VERSIONED_READS):
+                    meta = await fs._call("GET", "b/{}/o/{}", self.container, key, json_out=True)
+                    generation = str(meta["generation"])
+                    try:
+                        _, value = await fs._call("GET", "b/{}/o/{}", self.container, key,
+                                                  alt="media", generation=generation)
+                    except FileNotFoundError:
+                        continue
+                    return bytes(value), None, generation
+                raise OSError(f"{self._full(path)} kept being replaced while read")
+            blob = fs.service_client.get_blob_client(self.container, key)
+            async with blob:
+                download = await blob.download_blob()
+                return await download.readall(), download.properties.etag, None
+        except FileNotFoundError:
+            return None
+        except Exception as error:  # the libraries name "not found" each their way
+            if self.classify(error) == "missing":
+                return None
+            raise
+
+    async def _conditional_put(self, path: str, value: bytes, token: str | None) -> bool:
+        """PUT ``value`` if nothing is there (``token`` None) or while the object has
+        the version ``token``; whether it was written."""
+        fs, key = self.fs, path
+        try:
+            if self._protocol == "s3":
+                condition = {"IfNoneMatch": "*"} if token is None else {"IfMatch": token}
+                await fs._call_s3("put_object", Bucket=self.container, Key=key, Body=value,
+                                  **condition)
+            elif self._protocol == "gs":
+                # A multipart upload (JSON metadata, then the bytes), as gcsfs's
+                # own simple uploads: fake-gcs-server ignores the precondition of
+                # a media upload.
+                metadata = json.dumps({"name": key}).encode()
+                boundary = _boundary(value)
+                body = b"".join((
+                    b"--", boundary, b"\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n",
+                    metadata, b"\r\n--", boundary,
+                    b"\r\nContent-Type: application/octet-stream\r\n\r\n", value,
+                    b"\r\n--", boundary, b"--"))
+                await fs._call("POST", f"{fs._location}/upload/storage/v1/b/{{}}/o",
+                               self.container, uploadType="multipart",
+                               ifGenerationMatch="0" if token is None else token, data=body,
+                               headers={"Content-Type": "multipart/related; boundary="
+                                        + boundary.decode()})
+            else:
+                from azure.core import MatchConditions
+
+                blob = fs.service_client.get_blob_client(self.container, key)
+                async with blob:
+                    if token is None:
+                        await blob.upload_blob(value, overwrite=False)
+                    else:
+                        await blob.upload_blob(value, overwrite=True, etag=token,
+                                               match_condition=MatchConditions.IfNotModified)
+        except Exception as error:  # each library names a failed condition its way
+            if _condition_failed(error):
+                return False
+            if token is not None and self.classify(error) == "missing":
+                return False  # replacing an object that is gone (some services say 404)
+            raise
+        return True
+
     def close(self) -> None:
         """Close the file system's HTTP session (gcsfs, fsspec's HTTP), if it opened one.
 
@@ -368,3 +471,34 @@ class FsspecEngine:
             self._fsspec.asyn.sync(fs.loop, session.close, timeout=self.connect_timeout)
         except Exception:  # noqa: BLE001 - a session that cannot close is let go
             pass
+
+
+def _boundary(value: bytes) -> bytes:
+    """A multipart boundary that ``value`` does not contain."""
+    while True:
+        boundary = b"zstores-" + os.urandom(16).hex().encode()
+        if boundary not in value:
+            return boundary
+
+
+# The protocols whose libraries send conditional requests here.
+_CONDITIONAL = ("s3", "gs", "az")
+
+# How often a GCS read of (generation, bytes) starts again when replaced between.
+_VERSIONED_READS = 20
+
+
+def _condition_failed(error: BaseException) -> bool:
+    """Whether a library's error is the service refusing a condition (HTTP 412, or 409
+    for S3's concurrent conditional create): gcsfs raises FileExistsError for 412,
+    s3fs an OSError naming PreconditionFailed, azure-core ResourceExistsError /
+    ResourceModifiedError (412 or 409)."""
+    if isinstance(error, FileExistsError):
+        return True
+    code = getattr(error, "status_code", None)
+    if code in (409, 412):
+        return True
+    text = f"{type(error).__name__} {error}"
+    return any(marker in text for marker in (
+        "PreconditionFailed", "ConditionalRequestConflict", "At least one of the pre-conditions",
+        "ConditionNotMet", "BlobAlreadyExists", "ResourceExistsError", "ResourceModifiedError"))

@@ -236,6 +236,48 @@ class ObstoreEngine:
     def copy(self, source: str, target: str) -> None:
         self._obstore.copy(self.store, source, target, overwrite=True)
 
+    # ---------------------------------------------------- conditional writes
+    #: Why conditional requests are refused through this engine ("": they work).
+    conditional_refusal = ""
+
+    def put_if_absent(self, path: str, value: bytes | memoryview) -> bool:
+        """PUT only if no object is there (``If-None-Match: *``, GCS
+        ``ifGenerationMatch=0``); False when one is."""
+        errors = self._obstore.exceptions
+        try:
+            self._obstore.put(self.store, path, value, mode="create")
+        except (errors.AlreadyExistsError, errors.PreconditionError):
+            return False
+        return True
+
+    def get_versioned(self, path: str) -> tuple[bytes, str | None, str | None] | None:
+        """The object's bytes with its ETag and version (GCS: generation); None if missing."""
+        try:
+            result = self._obstore.get(self.store, path)
+        except FileNotFoundError as error:
+            if _is_missing(error):
+                return None
+            raise
+        meta = result.meta
+        return bytes(result.bytes()), meta.get("e_tag"), meta.get("version")
+
+    def put_if_matches(self, path: str, value: bytes | memoryview, *, e_tag: str | None = None,
+                       version: str | None = None) -> bool:
+        """PUT only while the object has this ETag (``If-Match``) or version (GCS
+        ``ifGenerationMatch``); False when it has another, or is missing."""
+        errors = self._obstore.exceptions
+        mode = {name: token for name, token in (("e_tag", e_tag), ("version", version))
+                if token is not None}
+        try:
+            self._obstore.put(self.store, path, value, mode=mode)
+        except (errors.PreconditionError, errors.AlreadyExistsError):
+            return False
+        except FileNotFoundError as error:
+            if _is_missing(error):
+                return False
+            raise
+        return True
+
     # ------------------------------------------------------------- listings
     # A folder is "" (the bucket) or "a/b/"; obstore names it "a/b" (or None)
     # and lists segment-wise, so "a/b" never matches "a/bc/x".

@@ -333,6 +333,7 @@ class GCSStore(ObjectStore):
 
     scheme = "gs"
     extra = "gcs"
+    _object_version = "generation"  # ifGenerationMatch: what a GCS precondition compares
     secret_options: ClassVar[tuple[str, ...]] = ("token",)
 
     def __init__(
@@ -576,6 +577,9 @@ class HTTPStore(ObjectStore):
 
     extra = "http"
     supports_deletes = False
+    supports_create_if_absent = False
+    supports_compare_and_swap = False
+    _create_if_absent_refusal = _compare_and_swap_refusal = "HTTP is read-only here"
 
     def __init__(
         self,

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 from urllib.parse import quote
 
-from ...base import Buffer, Mode, Store
+from ...base import Buffer, Mode, Store, Version
 from ...errors import (
     InvalidKeyError,
     StoreAccessError,
@@ -42,6 +42,9 @@ __all__ = ["ENGINES", "ObjectStore", "check_common_options"]
 
 #: The libraries an object store can send its requests through (``via=``).
 ENGINES = ("obstore", "fsspec")
+
+#: How often replace_if with expected bytes compares again after a 412.
+_CAS_ATTEMPTS = 20
 
 #: Defaults of the options every object store takes.
 DEFAULT_REQUEST_TIMEOUT = 30.0
@@ -116,6 +119,13 @@ class ObjectStore(Store):
     supports_range_reads = True
     supports_process_writers = True
     persistent = True
+    #: Conditional requests (``If-None-Match: *``, ``If-Match``); an instance
+    #: whose engine cannot send them (fsspec's HTTP file system) says False.
+    supports_create_if_absent = True
+    supports_compare_and_swap = True
+    #: What ``get_with_version`` gives: the object's ``"etag"`` (S3, Azure) or
+    #: ``"generation"`` (GCS, where obstore calls it the version).
+    _object_version: ClassVar[str] = "etag"
 
     def __init__(self, location: str, *, mode: Mode = "a", options: dict[str, Any]) -> None:
         super().__init__(mode=mode)
@@ -126,6 +136,7 @@ class ObjectStore(Store):
         self._driver_errors: tuple[type[BaseException], ...] = (FileNotFoundError,)
         self._engine = self._make_engine()
         self._driver_errors = self._engine.driver_errors
+        self._refuse_conditional_writes(self._engine.conditional_refusal)
         exists = self._check_reachable()
         if self._mode in ("r", "r+", "w-"):
             self._check_existence(exists)
@@ -355,6 +366,64 @@ class ObjectStore(Store):
             for source, target in sorted(pairs, key=lambda pair: len(pair[0])):
                 self._engine.copy(source, target)
         self._engine.delete([self._root + key for key in sources if key not in targets])
+
+    # ---------------------------------------------------- conditional writes
+    # The service decides: a PUT with If-None-Match: * (GCS ifGenerationMatch=0)
+    # creates, one with If-Match: <ETag> (GCS ifGenerationMatch=<generation>)
+    # replaces, or the service answers 412 and nothing is written.  These are
+    # what a lease object for lock-free coordination stands on.
+    def _refuse_conditional_writes(self, why: str) -> None:
+        """Declare (on this instance) that the engine cannot send conditional requests."""
+        if why:
+            self.supports_create_if_absent = self.supports_compare_and_swap = False
+            self._create_if_absent_refusal = self._compare_and_swap_refusal = why
+
+    @network_errors_as
+    def _set_if_absent(self, key: str, value: Buffer) -> bool:
+        return bool(self._engine.put_if_absent(self._root + key, value))
+
+    @network_errors_as
+    def _get_with_version(self, key: str) -> tuple[bytes, Version]:
+        found = self._engine.get_versioned(self._root + key)
+        if found is None:
+            raise KeyError(key)
+        value, e_tag, version = found
+        token = version if self._object_version == "generation" else e_tag
+        if token is None:
+            # A service that gives no ETag (some HTTP servers): the value's digest.
+            return value, self._version_of(value)
+        return value, Version(self._object_version, token)
+
+    @network_errors_as
+    def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
+        if isinstance(expected, Version):
+            return self._put_if_version(key, expected, value)
+        # Bytes: read the object's version with its value, compare here, then
+        # replace only while that version stands.  A 412 means another writer
+        # came between: compare again with what it wrote.
+        for _ in range(_CAS_ATTEMPTS):
+            try:
+                current, version = self._get_with_version(key)
+            except KeyError:
+                return False
+            if not self._holds(current, expected):
+                return False
+            if self._put_if_version(key, version, value):
+                return True
+        raise StoreIOError(
+            errno.EAGAIN,
+            f"{self._store_name()}: key {key!r} kept being rewritten during {_CAS_ATTEMPTS} "
+            "attempts to compare and replace it")
+
+    def _put_if_version(self, key: str, version: Version, value: Buffer) -> bool:
+        if version.kind != self._object_version:
+            raise ValueError(
+                f"{self!r}: {version!r} is not a version this store gives (its versions are "
+                f"the objects' {self._object_version}s; pass a Version from this store's "
+                "get_with_version, or the expected bytes)")
+        field = "version" if version.kind == "generation" else "e_tag"
+        return bool(self._engine.put_if_matches(self._root + key, value,
+                                                **{field: version.token}))
 
     # ------------------------------------------------------------ lifecycle
     def _close(self) -> None:
