@@ -67,6 +67,13 @@ class Writer:
         self.process.stdin.flush()
         assert self.process.stdout.readline().strip() == f"ok {version}"
 
+    def write_key(self, key: str, version: int) -> None:
+        """Write version ``version`` to ``key`` (another key than the one given at start)."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"{version} {key}\n")
+        self.process.stdin.flush()
+        assert self.process.stdout.readline().strip() == f"ok {version}"
+
     def close(self) -> None:
         assert self.process.stdin is not None
         self.process.stdin.close()
@@ -253,3 +260,40 @@ def test_a_folder_file_rewritten_in_place_is_refused_not_mixed(tmp_path: Path,
             os.close(fd)
         with open(Path(m.path) / "big", "rb") as f:  # opened again: the new bytes, whole
             assert f.read() == b"\xff" * (8 << 20)
+
+
+def test_exclusive_create_through_the_mount_never_replaces_another_doors_write(
+        url: str, mountpoint: Path) -> None:
+    # The kernel last saw the name missing (stat: ENOENT); another process
+    # then writes the key directly; O_CREAT|O_EXCL through the mount must say
+    # EEXIST and keep that value.  A plain O_CREAT opens the value instead of
+    # replacing it (appending here).
+    store = zstores.open_store(url)
+    writer = Writer(url, "")
+    try:
+        with zfuse.mounted(store, mountpoint) as m:
+            for attempt in range(10):
+                key = f"excl/{attempt}"
+                writer.write_key(key, attempt)
+                path = Path(m.path) / key
+                os.unlink(path)  # through the mount: the kernel now knows it is gone
+                assert not path.exists()
+                writer.write_key(key, attempt)
+                with pytest.raises(FileExistsError):
+                    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                assert version_of(bytes(store[key])) == attempt
+                os.unlink(path)
+                assert not path.exists()
+                writer.write_key(key, attempt)
+                fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
+                try:
+                    os.write(fd, b"tail")
+                finally:
+                    os.close(fd)
+                value = bytes(store[key])
+                assert value.endswith(b"tail") and version_of(value[:-4]) == attempt
+    finally:
+        writer.close()
+        if not url.startswith(("sqlite", "lmdb", "file")):
+            store.clear()
+        store.close()

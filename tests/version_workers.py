@@ -6,8 +6,8 @@ bytes) by looking at the bytes alone.  Sizes change from version to version
 (300 KB to 1.2 MB), so a reader cut at another version's size is caught too.
 
 Run as a script, it is the writer: it opens the store URL given and writes
-the versions asked for on standard input (one number per line, answering
-"ok N" once the write returned), or, with ``--free N``, writes versions
+the versions asked for on standard input (one number per line, or a number
+and another key, answering "ok N" once the write returned), or, with ``--free N``, writes versions
 1..N back to back as fast as it can.  ``read_loop`` is the reader.
 """
 
@@ -79,8 +79,8 @@ def _main(argv: list[str]) -> None:
                 store[key] = make_value(version)
             return
         for line in sys.stdin:
-            version = int(line)
-            store[key] = make_value(version)
+            version, _, other = line.strip().partition(" ")  # "N" or "N KEY"
+            store[other or key] = make_value(int(version))
             print(f"ok {version}", flush=True)
 
 
