@@ -297,3 +297,34 @@ def test_exclusive_create_through_the_mount_never_replaces_another_doors_write(
         if not url.startswith(("sqlite", "lmdb", "file")):
             store.clear()
         store.close()
+
+
+def test_a_large_object_is_read_pinned_to_its_etag(s3_endpoint: str) -> None:
+    # Above PIN_WHOLE_BELOW an object store reader keeps the first piece and
+    # reads the rest with If-Match: a rewrite meanwhile is ESTALE, not a mix.
+    import errno
+
+    from zstores.stores.objectstore.store import PIN_WHOLE_BELOW
+
+    url = s3_store_url(s3_endpoint, new_s3_bucket(s3_endpoint), "pinned")
+    with zstores.open_store(url) as store:
+        old, new = os.urandom(PIN_WHOLE_BELOW + (1 << 20)), os.urandom(PIN_WHOLE_BELOW + 5)
+        store["big"] = old
+        with store.open_reader("big") as reader:
+            assert reader.size == len(old) and bytes(reader.read(0, 10)) == old[:10]
+            assert bytes(reader.read(PIN_WHOLE_BELOW, 100)) == old[PIN_WHOLE_BELOW:][:100]
+            store["big"] = new
+            assert bytes(reader.read(5, 10)) == old[5:15]  # the piece it keeps
+            with pytest.raises(OSError) as raised:
+                reader.read(PIN_WHOLE_BELOW, 100)
+            assert raised.value.errno == errno.ESTALE
+        with store.open_reader("big") as reader:
+            assert bytes(reader.read(0, reader.size)) == new
+        store["small"] = b"abc"
+        with store.open_reader("small") as reader, store.open_reader("small") as again:
+            assert reader.version == again.version is not None  # the ETag
+            store["small"] = b"xyz"
+            assert bytes(reader.read(0, 3)) == b"abc"
+        store["empty"] = b""
+        with store.open_reader("empty") as reader:
+            assert reader.size == 0 and bytes(reader.read(0, 10)) == b""

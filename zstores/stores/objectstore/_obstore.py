@@ -205,6 +205,38 @@ class ObstoreEngine:
         # Here start < 0 only with length None (a suffix): the slice needs no stop.
         return value[start:] if length is None else value[start:start + length]
 
+    # ------------------------------------------------------ pinned readers
+    def get_head(self, path: str, length: int) -> tuple[bytes, int, str | None] | None:
+        """The first ``length`` bytes, the object's size and its ETag; None if it is missing."""
+        try:
+            result = self._obstore.get(self.store, path, options={"range": (0, length)})
+        except FileNotFoundError as error:
+            if _is_missing(error):
+                return None
+            raise
+        except self._obstore.exceptions.BaseError as error:
+            if classify(error) != "range":
+                raise
+            # An empty object has no byte 0 to start a range at: read it whole.
+            found = self.get_versioned(path)
+            return None if found is None else (found[0], len(found[0]), found[1])
+        meta = result.meta
+        return bytes(result.bytes())[:length], int(meta["size"]), meta.get("e_tag")
+
+    def get_range_if(self, path: str, start: int, stop: int, e_tag: str) -> bytes | None:
+        """Bytes ``[start, stop)`` while the object still has ``e_tag`` (``If-Match``);
+        None once it has another or is gone."""
+        try:
+            result = self._obstore.get(self.store, path,
+                                       options={"range": (start, stop), "if_match": e_tag})
+        except self._obstore.exceptions.PreconditionError:
+            return None
+        except FileNotFoundError as error:
+            if _is_missing(error):
+                return None
+            raise
+        return bytes(result.bytes())[:stop - start]
+
     def put(self, path: str, value: bytes | memoryview) -> None:
         self._obstore.put(self.store, path, value)
 

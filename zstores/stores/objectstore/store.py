@@ -28,6 +28,7 @@ from ...errors import (
     UnsupportedOperationError,
 )
 from ...keys import child_name, normalize_key
+from ...readers import BufferReader, ValueReader
 from ...secrets import redact_url, scrub
 from .._network import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -299,6 +300,32 @@ class ObjectStore(Store):
         return size
 
     @network_errors_as
+    def _read_pinned(self, path: str, start: int, stop: int, e_tag: str) -> bytes | None:
+        """A range of ``path`` while it keeps ``e_tag`` (for ``_ETagReader``)."""
+        return self._engine.get_range_if(path, start, stop, e_tag)
+
+    @network_errors_as
+    def _open_reader(self, key: str) -> ValueReader:
+        # One ranged GET of the first PIN_WHOLE_BELOW bytes: a smaller object
+        # is then held whole; a larger one keeps that piece and reads the
+        # rest with If-Match on the ETag it started with, so a rewrite
+        # meanwhile fails the read (412) instead of mixing two versions.
+        engine = self._engine
+        if not hasattr(engine, "get_range_if"):  # fsspec: no conditional reads
+            return super()._open_reader(key)
+        path = self._root + key
+        found = engine.get_head(path, PIN_WHOLE_BELOW)
+        if found is None:
+            raise KeyError(key)
+        head, size, e_tag = found
+        token = None if e_tag is None else ("etag", e_tag)
+        if len(head) >= size or e_tag is None:
+            if len(head) < size:  # no ETag to pin the rest by: read it whole
+                head = self._get(key)
+            return BufferReader(key, head, token)
+        return _ETagReader(self, key, path, head, size, e_tag)
+
+    @network_errors_as
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
         value = self._engine.get_range(self._root + key, start, length)
         if value is None:
@@ -473,3 +500,33 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "retry_timeout": DEFAULT_RETRY_TIMEOUT,
     "max_concurrency": DEFAULT_MAX_CONCURRENCY,
 }
+
+
+#: An object smaller than this is read whole when a reader opens it
+#: (``open_reader``, an open file of a mount); the first this many bytes of a
+#: larger one are kept and the rest read by range, pinned to its ETag.
+PIN_WHOLE_BELOW = 8 << 20
+
+
+class _ETagReader(ValueReader):
+    """A large object pinned by its ETag: ranges read with ``If-Match`` (see ``open_reader``)."""
+
+    def __init__(self, store: ObjectStore, key: str, path: str, head: bytes, size: int,
+                 e_tag: str) -> None:
+        self.key, self.size, self.version = key, size, ("etag", e_tag)
+        self._store, self._path, self._head, self._e_tag = store, path, head, e_tag
+
+    def read(self, start: int, length: int) -> bytes:
+        stop = min(start + length, self.size)
+        if stop <= start:
+            return b""
+        head = self._head
+        if stop <= len(head):
+            return head[start:stop]
+        data = self._store._read_pinned(self._path, start, stop, self._e_tag)
+        if data is None:
+            raise StoreIOError(
+                errno.ESTALE,
+                f"{self.key!r} in {self._store!r} was replaced while open "
+                "(its ETag changed); open it again")
+        return data
