@@ -15,11 +15,16 @@ writes leave.  ``ZSTORES_STRESS_SECONDS`` sets each run's length (default 5).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
 import zstores
+from zstores.wrappers.delegate import WrapperStore
 
 import demo_torn_reads
 
@@ -58,38 +63,111 @@ def test_processes_and_killed_writers_never_leave_a_torn_region(url):
     assert outcome.torn == 0, outcome
 
 
+class PausingStore(WrapperStore):
+    """Writes its first chunk at once, then holds every later write until ``resume`` is set.
+
+    The negative control's construction: a plain region write is caught
+    after one of its chunks landed and before the others, whatever the
+    machine's load, so a reader reading meanwhile must see a torn region.
+    """
+
+    def __init__(self, store: zstores.Store) -> None:
+        super().__init__(store)
+        # Held writes must wait in a worker thread, never on zarr's event loop
+        # (the reader needs that loop to read meanwhile).
+        self.blocking = True
+        self.first_written = threading.Event()
+        self.resume = threading.Event()
+        self._lock = threading.Lock()
+        self._chunks = 0
+
+    def _hold(self, key: str) -> None:
+        if key.endswith("zarr.json"):
+            return
+        with self._lock:
+            self._chunks += 1
+            first = self._chunks == 1
+        if not first:
+            assert self.resume.wait(60), "the reader never resumed the writer"
+
+    def _set(self, key, value):  # type: ignore[no-untyped-def]
+        self._hold(key)
+        super()._set(key, value)
+        if not key.endswith("zarr.json"):
+            self.first_written.set()
+
+    def _set_many(self, items):  # type: ignore[no-untyped-def]
+        for key, value in items:  # one by one, so the pause falls between two chunks
+            self._set(key, value)
+
+
+def read_during_a_held_write(store: zstores.Store, url: str | None, transactions: bool) -> int:
+    """Torn regions a plain read sees while a region write is held after its first chunk."""
+    import zarr
+
+    pausing = PausingStore(store)
+    zs = zstores.zarr_store(pausing, transaction=transactions)
+    array = zarr.open_array(zs, mode="r+")
+    region = demo_torn_reads.REGIONS[2]  # 16 chunks
+
+    def write() -> None:
+        if transactions:
+            with zs.transaction():
+                array[region] = 8
+        else:
+            array[region] = 7
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert pausing.first_written.wait(60), "the writer never wrote a chunk"
+        torn = plain_read_torn(store, url)
+    finally:
+        pausing.resume.set()
+        writer.join(60)
+    assert not writer.is_alive()
+    assert plain_read_torn(store, url) == 0  # whole once written
+    return torn
+
+
+def plain_read_torn(store: zstores.Store, url: str | None) -> int:
+    """Torn regions of one plain read of the array: in a process of its own given a URL.
+
+    (In this process, zarr's reads would queue behind the held writes in the
+    adapter's worker threads.)
+    """
+    import zarr
+
+    if url is None:
+        return demo_torn_reads.torn_regions(
+            zarr.open_array(zstores.zarr_store(store), mode="r")[:])
+    code = ("import sys, zarr, zstores, demo_torn_reads; "
+            "a = zarr.open_array(zstores.zarr_store(sys.argv[1], mode='r'), mode='r'); "
+            "print(demo_torn_reads.torn_regions(a[:]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(demo_torn_reads.__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
+                          env=env, timeout=120, check=True)
+    return int(done.stdout)
+
+
 @pytest.mark.parametrize("backend", ["memory", "lmdb", "sqlite", "redis"])
 def test_plain_writes_do_tear(backend, tmp_path, request):
-    """Without transactions the same workload shows torn regions: the checks above can fail."""
-    runs = []
-    # A tear needs a read to land inside a write: usually at once.  On Redis the
-    # reader's consistent read (checked at commit) is retried until no plain
-    # write lands during it, which under three plain writers on a loaded machine
-    # takes the rest of the run: one plain read per attempt, so more attempts.
-    attempts = 6 if backend == "redis" else 3
-    for attempt in range(attempts):
-        url = backend if backend == "memory" else backend_url(backend, tmp_path / str(attempt),
-                                                               request)
-        (tmp_path / str(attempt)).mkdir()
-        outcome = demo_torn_reads.run(url, transactions=False, seconds=SECONDS, writers=3)
-        if url.startswith("redis"):
-            with zstores.open_store(url) as store:
-                store.clear()
-        runs.append(outcome)
-        if tears(backend, outcome):
-            break
-    assert tears(backend, runs[-1]) > 0, runs
+    """Without a transaction, a reader between two chunk writes of a region sees it torn.
 
-
-def tears(backend: str, outcome: demo_torn_reads.Outcome) -> int:
-    """The torn regions a run without transactions must show.
-
-    Redis has no snapshots: its consistent reads are read-only transactions
-    whose commit checks the chunks read, and that check catches plain writers
-    too (the read is retried), so there the reader's plain reads are the ones
-    that must tear.
+    Made so by construction (``PausingStore`` holds the write after its
+    first chunk), not by hoping timing produces it.
     """
-    return outcome.plain_torn if backend == "redis" else outcome.torn
+    url = "memory" if backend == "memory" else backend_url(backend, tmp_path, request)
+    store = zstores.MemoryStore() if backend == "memory" else zstores.open_store(url)
+    try:
+        demo_torn_reads.create_array(store)
+        assert read_during_a_held_write(store, None if backend == "memory" else url,
+                                        transactions=False) > 0
+    finally:
+        if backend == "redis":
+            store.clear()
+        store.close()
 
 
 def test_the_region_checker_sees_a_torn_region():
