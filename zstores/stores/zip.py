@@ -21,6 +21,7 @@ from typing import Any
 from ..base import Buffer, Mode, Store, _range_stop
 from ..errors import (
     CorruptValueError,
+    StaleStoreError,
     StoreFullError,
     StoreIOError,
     UnsupportedOperationError,
@@ -51,6 +52,10 @@ _MIN_VERSION = {zipfile.ZIP_BZIP2: 46, zipfile.ZIP_LZMA: 63}
 _COMPACT_MIN_DEAD = 64 * 1024
 # errno values that mean "no room": the write is refused, nothing is damaged.
 _FULL = {errno.ENOSPC, errno.EDQUOT}
+# A reader tries a read this many times (the directory read again in between)
+# before it says the archive kept changing under it (StaleStoreError).
+_READ_ATTEMPTS = 4
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error)
 
 
 def _stored_plain(info: zipfile.ZipInfo) -> bool:
@@ -186,6 +191,13 @@ class ZipStore(Store):
         self._end = 0  # end of the file: the tail, then members not yet flushed
         self._holes: list[list[int]] | None = None  # dead space, found when needed
         self._dirty = False
+        # Readers (mode "r") only: the file as its directory was read (see
+        # _refresh), the directory's bytes, where a newer directory may start,
+        # and each member's local header as first read (see _read_range).
+        self._stamp: tuple[int, ...] = ()
+        self._tail_bytes = b""
+        self._scan_floor = 0
+        self._headers: dict[int, bytes] = {}
 
         exists = os.path.exists(self._path)
         self._check_existence(exists)
@@ -207,7 +219,9 @@ class ZipStore(Store):
         try:
             self._fd = os.open(self._path, (os.O_RDWR if writable else os.O_RDONLY)
                                | getattr(os, "O_CLOEXEC", 0))
-            size = os.fstat(self._fd).st_size
+            info = os.fstat(self._fd)
+            size = info.st_size
+            self._stamp = _stamp_of(info)  # before the directory is read: a change after shows
         except OSError as error:
             raise self._io_error("opening the archive", error) from error
         if self._mode in ("w", "w-") or not exists or size == 0:
@@ -252,6 +266,9 @@ class ZipStore(Store):
         self._committed = entries
         self._tail = (tail_start, tail_end)
         self._end = size  # new members go after any bytes left past the tail
+        if self._mode == "r":
+            self._tail_bytes = os.pread(self._fd, tail_end - tail_start, tail_start)
+            self._scan_floor = size
 
     def _read_directory(self, size: int) -> tuple[list[zipfile.ZipInfo], int, int]:
         """The entries, start and end of the directory zipfile finds in the first ``size`` bytes."""
@@ -265,12 +282,18 @@ class ZipStore(Store):
             end = -1  # zipfile took an end record that does not end the file
         return entries, start, end
 
-    def _last_directory(self, size: int) -> tuple[list[zipfile.ZipInfo], int, int] | None:
-        """The last complete directory of a file with bytes after it (a crashed writer)."""
+    def _last_directory(
+        self, size: int, floor: int = 0,
+    ) -> tuple[list[zipfile.ZipInfo], int, int] | None:
+        """The last complete directory of a file with bytes after it (a crashed writer).
+
+        Only end records from ``floor`` on are looked at (a reader already
+        searched the bytes before it).
+        """
         block = 1 << 20
         stop = size
-        while stop > 0:
-            start = max(stop - block, 0)
+        while stop > floor:
+            start = max(stop - block, floor)
             data = os.pread(self._fd, stop - start + 3, start)
             at = len(data)
             while (at := data.rfind(b"PK\x05\x06", 0, at)) >= 0:
@@ -279,8 +302,7 @@ class ZipStore(Store):
                     end = start + at + _END.size + struct.unpack("<H", length)[0]
                     try:
                         entries, tail_start, tail_end = self._read_directory(min(end, size))
-                    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError,
-                            struct.error, OSError):
+                    except (*_ZIP_ERRORS, OSError):
                         continue
                     if tail_end >= 0:
                         return entries, tail_start, tail_end
@@ -289,18 +311,26 @@ class ZipStore(Store):
 
     # ------------------------------------------------------------ primitives
     def _get(self, key: str) -> bytes:
+        if self._mode == "r":
+            return self._read_checked(key, None)
         with self._lock:
             info = self._index[key]
-            if _stored_plain(info):
-                # A stored member is its bytes: one pread, without zipfile's
-                # per-open header parsing and buffering (about twice as fast).
-                data = self._pread_unlocked(self._data_offset(info), info.file_size, key)
-            else:
-                raw = self._pread(self._data_offset(info), info.compress_size, key)
-                data = self._decompress(info, raw)
+            data = self._read_whole(info, key)
+        self._check_crc(info, data, key)
+        return data
+
+    def _read_whole(self, info: zipfile.ZipInfo, key: str) -> bytes:
+        """A member's value (its CRC-32 not yet checked); the caller holds the lock."""
+        if _stored_plain(info):
+            # A stored member is its bytes: one pread, without zipfile's
+            # per-open header parsing and buffering (about twice as fast).
+            return self._pread_unlocked(self._data_offset(info), info.file_size, key)
+        raw = self._pread(self._data_offset(info), info.compress_size, key)
+        return self._decompress(info, raw)
+
+    def _check_crc(self, info: zipfile.ZipInfo, data: bytes, key: str) -> None:
         if zlib.crc32(data) != info.CRC:
             raise CorruptValueError(f"{self!r}: bad CRC-32 for member {key!r}: it is damaged")
-        return data
 
     def _set(self, key: str, value: Buffer) -> None:
         with self._lock:
@@ -313,12 +343,16 @@ class ZipStore(Store):
 
     def _list_prefix(self, prefix: str) -> Iterable[str]:
         with self._lock:
+            self._refresh_reader()
             if not prefix:
                 return list(self._index)
             return [key for key in self._index if key.startswith(prefix)]
 
     # ------------------------------------------------------------ fast paths
     def _contains(self, key: str) -> bool:
+        if self._mode == "r":
+            with self._lock:
+                self._refresh_reader()
         return key in self._index
 
     def _get_many(self, keys: list[str]) -> dict[str, bytes]:
@@ -335,19 +369,27 @@ class ZipStore(Store):
             super()._delete_many(keys)
 
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
+        if self._mode == "r":
+            return self._read_checked(key, (start, length))
         with self._lock:
             info = self._index[key]
             if not _stored_plain(info):
                 return super()._get_range(key, start, length)
-            size = info.file_size
-            first = start if start >= 0 else max(size + start, 0)
-            stop = size if length is None else min(_range_stop(start, length, size), size)
-            if first >= stop:
-                return b""
-            return self._pread_unlocked(self._data_offset(info) + first, stop - first, key)
+            return self._read_range(info, key, start, length)
+
+    def _read_range(self, info: zipfile.ZipInfo, key: str, start: int,
+                    length: int | None) -> bytes:
+        """Bytes of a stored member; the caller holds the lock."""
+        size = info.file_size
+        first = start if start >= 0 else max(size + start, 0)
+        stop = size if length is None else min(_range_stop(start, length, size), size)
+        if first >= stop:
+            return b""
+        return self._pread_unlocked(self._data_offset(info) + first, stop - first, key)
 
     def _listdir(self, prefix: str) -> Iterable[str]:
         with self._lock:
+            self._refresh_reader()
             keys = [key for key in self._index if key.startswith(prefix)]
         # Names in C-level string calls, no function call per key (the index
         # is a dict in archive order, so every key is looked at once anyway).
@@ -358,16 +400,163 @@ class ZipStore(Store):
         return {name.partition("/")[0] for name in names}
 
     def _getsize_key(self, key: str) -> int:
+        if self._mode == "r":
+            with self._lock:
+                self._refresh_reader()
         return self._index[key].file_size
 
     def _getsize_prefix(self, prefix: str) -> int:
         with self._lock:
+            self._refresh_reader()
             return sum(
                 info.file_size for key, info in self._index.items() if key.startswith(prefix)
             )
 
     def _len(self) -> int:
+        if self._mode == "r":
+            with self._lock:
+                self._refresh_reader()
         return len(self._index)
+
+    # ------------------------------------------------------------ readers
+    # A reader (mode "r") may sit beside a writer in another process (or
+    # another handle of this one), which writes new members into space its own
+    # last directory left dead: space an older directory, the reader's, may
+    # still name.  So before each read a reader compares the file's stat with
+    # the one its directory was read at, and reads the directory again when
+    # they differ; after the read it checks the bytes are still the member's
+    # (the CRC-32 for whole values, the local header for ranges: a member
+    # written over this one starts at or before its header, see
+    # _read_range_checked).  A failed check reads the directory again and
+    # retries; a file that keeps changing raises StaleStoreError.
+    def _read_checked(self, key: str, window: tuple[int, int | None] | None) -> bytes:
+        """A reader's read of ``key`` (whole, or ``window`` = (start, length)), checked."""
+        stamps: list[tuple[int, ...]] = []
+        failure: CorruptValueError | None = None
+        for attempt in range(_READ_ATTEMPTS):
+            try:
+                with self._lock:
+                    self._refresh_reader(force=attempt > 0)
+                    stamps.append(self._stamp)
+                    info = self._index[key]
+                    if window is None:
+                        data = self._read_whole(info, key)
+                    elif _stored_plain(info):
+                        return self._read_range_checked(info, key, *window)
+                    else:  # a compressed member is read whole, then cut
+                        data = self._read_whole(info, key)
+                self._check_crc(info, data, key)
+            except CorruptValueError as error:
+                failure = error
+                continue
+            return data if window is None else _cut(data, *window)
+        assert failure is not None
+        if len(set(stamps)) == 1 and self._unchanged(stamps[0]):
+            raise failure  # the same directory, the same file: the member is damaged
+        raise StaleStoreError(
+            f"{self!r}: {key!r} could not be read: another process kept rewriting the "
+            f"archive during {_READ_ATTEMPTS} attempts ({failure.strerror}). Nothing wrong "
+            f"was returned; read it again, or open the store once the writer has closed it"
+        ) from failure
+
+    def _read_range_checked(self, info: zipfile.ZipInfo, key: str, start: int,
+                            length: int | None) -> bytes:
+        """A range of a stored member, then its local header read again and compared.
+
+        No checksum covers part of a value.  A writer writes a new member at
+        the start of a dead gap and the next one right after it, so bytes
+        written over this member's data were written over its header first:
+        the header as it was when first read proves the data read before it
+        were this member's.
+        """
+        data = self._read_range(info, key, start, length)
+        expected = self._headers.get(info.header_offset)
+        if expected is None or self._pread(info.header_offset, len(expected), key) != expected:
+            raise CorruptValueError(
+                f"{self!r}: bad local header for member {key!r}: it is damaged"
+            )
+        return data
+
+    def _refresh_reader(self, force: bool = False) -> None:
+        """A reader's directory, read again if the file changed (or ``force``); lock held."""
+        if self._mode != "r":
+            return
+        try:
+            info = os.stat(self._path)
+        except OSError:  # removed: the file this handle has open is all there is
+            info = os.fstat(self._fd)
+        stamp = _stamp_of(info)
+        if stamp == self._stamp and not force:
+            return
+        self._quiesce()  # reads outside the lock use the descriptor and the index
+        try:
+            if (info.st_dev, info.st_ino) != self._stamp[:2]:
+                self._reopen()
+            elif force:
+                self._scan_floor = 0
+            self._reload_directory()
+        except OSError as error:
+            raise self._io_error("reading the central directory", error) from error
+
+    def _reopen(self) -> None:
+        """A reader's descriptor on the file now at the path (the writer moved a new one there)."""
+        fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        os.close(self._fd)  # type: ignore[arg-type]
+        self._fd = fd
+        self._stamp = ()
+        self._tail_bytes = b""
+        self._scan_floor = 0
+
+    def _reload_directory(self) -> None:
+        """Read the newest complete directory, from ``_scan_floor`` on; keep ours if none."""
+        info = os.fstat(self._fd)  # type: ignore[arg-type]
+        stamp, size = _stamp_of(info), info.st_size  # the path's stat too: the same file
+        start, end = self._tail
+        probe = size - _END.size - len(self._comment)
+        found = None
+        keep = False
+        if probe >= 0 and os.pread(self._fd, 4, probe) == b"PK\x05\x06":
+            # The file ends with a directory (the writer has flushed): ours still?
+            keep = size == end and bool(self._tail_bytes) and \
+                os.pread(self._fd, end - start, start) == self._tail_bytes
+            if not keep:
+                try:
+                    found = self._read_directory(size)
+                except _ZIP_ERRORS:
+                    found = None  # written at this moment: search as below
+        if not keep and found is None:  # members written after the last directory
+            found = self._last_directory(size, self._scan_floor)
+            if found is None:
+                if self._scan_floor == 0 or not self._tail_bytes:
+                    raise CorruptValueError(
+                        f"{self!r}: {self._path!r} has no readable central directory now"
+                    )
+                keep = True  # nothing newer than ours after what was searched before
+        if found is not None:
+            entries, tail_start, tail_end = found
+            self._index, self._folders = {}, []
+            for entry in entries:
+                if entry.is_dir():
+                    self._folders.append(entry)
+                else:
+                    self._index[entry.filename] = entry
+            self._committed = entries
+            self._tail = (tail_start, tail_end)
+            self._tail_bytes = os.pread(self._fd, tail_end - tail_start, tail_start)
+            self._data_offsets.clear()
+            self._headers.clear()
+        self._end = size
+        # A directory written later ends after what was searched now, unless
+        # the writer cut the file and wrote again: then a check after a read
+        # fails, and the retry searches the whole file (force).
+        self._scan_floor = max(self._tail[1], size - _END.size - len(self._comment) - 3)
+        self._stamp = stamp
+
+    def _unchanged(self, stamp: tuple[int, ...]) -> bool:
+        try:
+            return _stamp_of(os.stat(self._path)) == stamp
+        except OSError:
+            return False
 
     def _clear(self) -> None:
         with self._lock:
@@ -620,8 +809,31 @@ class ZipStore(Store):
                 )
             name_length, extra_length = fields[10], fields[11]
             offset = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+            if self._mode == "r":
+                self._headers[info.header_offset] = self._own_header(info, fields, header)
             self._data_offsets[info.header_offset] = offset
         return offset
+
+    def _own_header(self, info: zipfile.ZipInfo, fields: tuple[Any, ...], header: bytes) -> bytes:
+        """A reader's check that a local header is ``info``'s member's; its bytes with the name.
+
+        A stale directory may name space the writer has given to another
+        member (or to a newer value of the same key, even at the same place):
+        the name, flags, CRC-32 and sizes must all be the directory's.
+        """
+        name = self._pread(info.header_offset + _LOCAL_HEADER.size, fields[10], info.filename)
+        same = fields[3] & _FLAG_DESCRIPTOR == info.flag_bits & _FLAG_DESCRIPTOR and (
+            name == info.filename.encode("utf-8")
+            or name.decode("cp437", "replace") == info.filename
+        )
+        if same and not info.flag_bits & _FLAG_DESCRIPTOR:  # else the sizes follow the data
+            same = fields[7] == info.CRC and (fields[8], fields[9]) in (
+                (info.compress_size, info.file_size), (0xFFFFFFFF, 0xFFFFFFFF))
+        if not same:
+            raise CorruptValueError(
+                f"{self!r}: bad local header for member {info.filename!r}: it is damaged"
+            )
+        return header + name
 
     def _pread_unlocked(self, offset: int, size: int, key: str) -> bytes:
         """``_pread``, letting go of the lock meanwhile; the caller holds it, and again after.
@@ -814,6 +1026,19 @@ class ZipStore(Store):
     def path(self) -> Path:
         """The archive file."""
         return Path(self._path)
+
+
+def _stamp_of(info: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file is written or replaced: checked before each reader's read."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _cut(data: bytes, start: int, length: int | None) -> bytes:
+    """``data[start:start + length]`` with ``get_range``'s rules (negative ``start``)."""
+    size = len(data)
+    first = start if start >= 0 else max(size + start, 0)
+    stop = size if length is None else min(_range_stop(start, length, size), size)
+    return data[first:stop] if first < stop else b""
 
 
 class _Window(io.RawIOBase):
