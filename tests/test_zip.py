@@ -22,6 +22,7 @@ from full_disk import (
     small_filesystem,
 )
 from raw_access import zip_get, zip_set
+from single_writer import WriterProcess, check_read, check_sees
 
 
 class TestZipStore(StoreTests):
@@ -584,3 +585,131 @@ def test_reads_in_threads_reach_the_disk_together(tmp_path):
     assert done_first, "the second read waited for the first one"
     assert other == [b"b" * 10] and slow_outcome == [b"a" * 5000]
     store.close()
+
+
+# ------------------------------------------------- a reader beside a writer process
+def _writer(path, **options) -> WriterProcess:
+    return WriterProcess(f"zstores.ZipStore({str(path)!r})", **options)
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_a_reader_opened_before_a_writer_rewrites_sees_each_flush(tmp_path, compression):
+    """Each round deletes, rewrites in new sizes and rewrites again into the space the
+    first rewrite left dead (an older directory's members): the reader, opened before,
+    reads the directory again and serves every new value, whole and in ranges."""
+    path = tmp_path / "data.zip"
+    code = f"zstores.ZipStore({str(path)!r}, compression={compression})"
+    with WriterProcess(code) as writer:
+        with ZipStore(path, mode="r") as reader:
+            check_sees(reader, writer.visible, writer.keys)
+            for _ in range(6):
+                check_sees(reader, writer.round(), writer.keys)
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None
+
+
+def test_a_reader_sees_the_archive_a_closing_writer_moved_in_place(tmp_path):
+    """close() compacts by moving a new archive over the old one: readers follow it."""
+    path = tmp_path / "data.zip"
+    with ZipStore(path, mode="w") as store:
+        store.update({f"k{i}": make_value(f"k{i}", 0, 50_000) for i in range(12)})
+    reader = ZipStore(path, mode="r")
+    inode = os.stat(path).st_ino
+    with ZipStore(path) as store:  # most of the archive dead: close() compacts
+        store.update({f"k{i}": make_value(f"k{i}", 1, 60_000) for i in range(12)})
+    assert os.stat(path).st_ino != inode
+    check_sees(reader, {f"k{i}": 1 for i in range(12)}, 12)
+    reader.close()
+
+
+class _PausedReads(ZipStore):
+    """A reader whose next read of ``pause_key`` stops inside its pread until ``go``."""
+
+    pause_key: str | None = None
+
+    def _pread(self, offset: int, size: int, key: str) -> bytes:
+        if key == self.pause_key and size > 100:  # the value, not its local header
+            self.pause_key = None
+            self.reading.set()
+            assert self.go.wait(60)
+        return super()._pread(offset, size, key)
+
+
+@pytest.mark.parametrize("how", ["whole", "range"])
+def test_a_read_the_writer_overtakes_returns_one_whole_version(tmp_path, how):
+    """A read stopped between its check and its pread while a whole writer round runs
+    (the member's space given to other values): the old value, or, its bytes gone, the
+    new one read again; never the bytes now there."""
+    path = tmp_path / "data.zip"
+    outcomes = []
+    with _writer(path) as writer:
+        reader = _PausedReads(path, mode="r")
+        for round_number in range(1, 10):
+            before = dict(writer.visible)
+            key = sorted(before)[round_number % len(before)]
+            reader.reading, reader.go = threading.Event(), threading.Event()
+            reader.pause_key = key
+            result: list = []
+
+            def read(key=key, result=result):
+                try:
+                    if how == "whole":
+                        result.append(reader[key])
+                    else:
+                        result.append(reader.get_range(key, 0, 400))
+                except Exception as error:  # noqa: BLE001 - looked at below
+                    result.append(error)
+
+            thread = threading.Thread(target=read)
+            thread.start()
+            assert reader.reading.wait(30)
+            after = writer.round()  # runs to completion while the read waits
+            reader.go.set()
+            thread.join(60)
+            outcome = result[0]
+            if isinstance(outcome, KeyError):
+                assert key not in after
+                outcomes.append("missing")
+                continue
+            assert not isinstance(outcome, Exception), outcome
+            serial = int(outcome.split(b"|")[1])
+            assert serial in (before[key], after.get(key))
+            expected = make_value(key, serial, max(len(outcome), 400))
+            if how == "whole":
+                assert check_value(key, outcome) == serial
+            else:
+                assert outcome == expected[:400]
+            outcomes.append("old" if serial == before[key] else "new")
+        reader.close()
+    # The rounds give some paused member's space to other values: read again, new.
+    assert "new" in outcomes, outcomes
+
+
+def test_readers_beside_a_busy_writer_never_get_wrong_bytes(tmp_path):
+    """The stress variant: 40 rounds run on their own while this process reads."""
+    path = tmp_path / "data.zip"
+    seen = {"value": 0, "missing": 0, "stale": 0}
+    with _writer(path, keys=8) as writer:
+        reader = ZipStore(path, mode="r")
+        done = threading.Event()
+        writer.run_rounds(40)
+        waiter = threading.Thread(target=lambda: (writer.wait(), done.set()))
+        waiter.start()
+        reads = 0
+        while not done.is_set() and reads < 200_000:
+            key = f"k{reads % 8}"
+            seen[check_read(key, lambda key=key: reader[key])] += 1
+            seen[check_read(key, lambda key=key: _prefix(reader, key))] += 1
+            reads += 1
+        waiter.join()
+        check_sees(reader, writer.visible, writer.keys)
+        reader.close()
+    assert seen["value"] > 0, seen
+
+
+def _prefix(reader, key):
+    """The first 200 bytes of ``key`` (a range read), checked; every value is longer."""
+    head = reader.get_range(key, 0, 200)
+    serial = int(head.split(b"|")[1])
+    assert head == make_value(key, serial, 200), f"range of {key!r} is wrong bytes"
+    return head
