@@ -29,7 +29,7 @@ from full_disk import check_value, make_value
 TESTS = str(Path(__file__).resolve().parent)
 
 _CHILD = r"""
-import json, sys
+import dbm.dumb, json, sys
 sys.path.insert(0, TESTS)
 from full_disk import make_value
 import zstores

@@ -128,6 +128,7 @@ class DumbFiles:
         # read reads it again.
         self._dir_stamp: tuple[int, ...] | None = None
         self._dir_read_to = 0
+        self._dir_fd: int | None = None  # readers: the .dir read, kept open (see _read_dir)
         if not writable:
             return
         try:
@@ -194,23 +195,30 @@ class DumbFiles:
         raise Stale(f"its index was replaced during each of {_READ_ATTEMPTS} attempts")
 
     def _read_dir(self, stamp: tuple[int, ...]) -> None:
-        """Read the lines of ``.dir`` not read yet (all of them if it was replaced)."""
-        same_file = bool(self._dir_stamp) and stamp[:2] == self._dir_stamp[:2] \
-            and stamp[2] >= self._dir_read_to
-        start = self._dir_read_to if same_file else 0
-        if not stamp:  # no .dir (being made anew): an empty database
-            data = b""
+        """Read the lines of ``.dir`` not read yet (all of them if it was replaced).
+
+        The reader keeps the ``.dir`` it read open: while it does, no new file
+        can have its inode number, so the same number means the same file,
+        appended to.
+        """
+        same_file = self._dir_fd is not None and stamp[:2] == _identity(
+            os.fstat(self._dir_fd)) and stamp[2] >= self._dir_read_to
+        if same_file:
+            start, data = self._dir_read_to, _read_from(self._dir_fd, self._dir_read_to)
         else:
-            try:
-                fd = os.open(self._dir_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except FileNotFoundError:
-                raise _Moved from None
-            try:
+            start, fd = 0, None
+            if stamp:  # else no .dir (being made anew): an empty database
+                try:
+                    fd = os.open(self._dir_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                except FileNotFoundError:
+                    raise _Moved from None
                 if _identity(os.fstat(fd)) != stamp[:2]:
+                    os.close(fd)
                     raise _Moved
-                data = _read_from(fd, start)
-            finally:
-                os.close(fd)
+            data = _read_from(fd, 0) if fd is not None else b""
+            if self._dir_fd is not None:
+                os.close(self._dir_fd)
+            self._dir_fd = fd
         complete = data.rfind(b"\n") + 1  # a line being appended is read next time
         entries = _parse_lines(data[:complete])
         if not same_file:
@@ -323,10 +331,10 @@ class DumbFiles:
 
     def close_files(self) -> None:
         """Close the descriptors and the dbm.dumb object without syncing."""
-        for fd in (self._dat, self._dir):
+        for fd in (self._dat, self._dir, self._dir_fd):
             if fd is not None:
                 os.close(fd)
-        self._dat = self._dir = None  # type: ignore[assignment]
+        self._dat = self._dir = self._dir_fd = None  # type: ignore[assignment]
         self.db._modified = False  # dbm.dumb must not rewrite .dir behind us
         self.db.close()
 
