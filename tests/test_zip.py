@@ -476,6 +476,40 @@ def test_deletes_on_a_full_disk_are_saved_and_their_space_reused(small_fs):
     assert filler.exists()
 
 
+@pytest.mark.parametrize("kind", ["tmpfs", "ext4"])
+def test_after_a_full_disk_deleting_half_makes_room_for_as_much_again(kind):
+    """The issue's case: a writer fills the disk (flushing every 10 values), deletes
+    every other key without flushing, and writes new values with longer names.  The
+    writes save the deletes, gather the dead gaps (single members, each a little too
+    small for a new one) and go on until nearly all the freed space is used; the
+    archive then closes whole (the code before refused every new write)."""
+    with small_filesystem(16, kind) as fs:
+        path = fs / "data.zip"
+        store = ZipStore(path, mode="w")
+        written = []
+        with pytest.raises(StoreFullError):
+            for n in range(10_000):
+                store[f"k/{n}"] = make_value(f"k/{n}", 1, 64 * 1024)
+                written.append(f"k/{n}")
+                if n % 10 == 9:
+                    store.flush()
+        doomed = written[::2]
+        store.delitems(doomed)
+        again = []
+        with pytest.raises(StoreFullError, match="the disk is full"):
+            for n in range(len(doomed) + 1):
+                store[f"again/{n}"] = make_value(f"again/{n}", 2, 64 * 1024)
+                again.append(f"again/{n}")
+        assert len(again) >= 0.95 * len(doomed), (len(again), len(doomed))
+        store.close()  # the last directory still fits: every write is saved
+        with zipfile.ZipFile(path) as archive:
+            assert archive.testzip() is None
+        with ZipStore(path, mode="r") as reader:
+            expected = {key: 1 for key in written[1::2]} | {key: 2 for key in again}
+            assert sorted(reader) == sorted(expected)
+            check_acknowledged(reader, expected)
+
+
 def test_a_stored_set_writes_the_value_without_copying_it(tmp_path):
     """A 16 MiB set goes to the file as it is: no scratch archive holding copies.
 

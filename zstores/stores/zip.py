@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bz2
+import copy
 import errno
 import io
 import os
@@ -52,6 +53,9 @@ _MIN_VERSION = {zipfile.ZIP_BZIP2: 46, zipfile.ZIP_LZMA: 63}
 _COMPACT_MIN_DEAD = 64 * 1024
 # errno values that mean "no room": the write is refused, nothing is damaged.
 _FULL = {errno.ENOSPC, errno.EDQUOT}
+# On a full disk, a write gathers dead space with at most this many rounds of
+# moves (each ending with a new directory) before it gives up.
+_GATHER_ROUNDS = 8
 # A reader tries a read this many times (the directory read again in between)
 # before it says the archive kept changing under it (StaleStoreError).
 _READ_ATTEMPTS = 4
@@ -191,6 +195,7 @@ class ZipStore(Store):
         self._end = 0  # end of the file: the tail, then members not yet flushed
         self._holes: list[list[int]] | None = None  # dead space, found when needed
         self._dirty = False
+        self._dir_growth = 0  # directory bytes the members written since the last commit add
         # Readers (mode "r") only: the file as its directory was read (see
         # _refresh), the directory's bytes, where a newer directory may start,
         # and each member's local header as first read (see _read_range).
@@ -572,7 +577,18 @@ class ZipStore(Store):
     def _write_member(self, key: str, value: Buffer) -> None:
         info, parts = self._encode_member(key, value)
         size = sum(len(part) for part in parts)
-        offset, appended = self._allocate(size)
+        try:
+            self._place_member(key, info, parts, size)
+        except StoreFullError:
+            if not self._make_room(size):
+                raise
+            self._place_member(key, info, parts, size)
+
+    def _place_member(self, key: str, info: zipfile.ZipInfo, parts: list[Buffer],
+                      size: int) -> None:
+        entry = _CENTRAL.size + 3 * 8 + 4 + len(key.encode("utf-8"))  # its ZIP64 field at most
+        offset, appended = self._allocate(size, entry)
+        self._dir_growth += entry
         try:
             _pwrite_all(self._fd, parts, offset)
         except OSError as error:
@@ -626,15 +642,23 @@ class ZipStore(Store):
             f"extensions; open the store with allowZip64=True"
         )
 
-    def _allocate(self, size: int) -> tuple[int, bool]:
+    def _allocate(self, size: int, entry: int = 0) -> tuple[int, bool]:
         """Where ``size`` new bytes go: the first dead gap they fit, or the end.
+
+        ``entry`` is the size of the member's entry in the next directory.
 
         Returns the offset and whether it is at the end of the file.  Gaps are
         dead in the directory on disk, so writing there cannot damage anything
         acknowledged, whatever happens next.
         """
         for hole in self._find_holes():
-            if hole[1] - hole[0] >= size:
+            room = hole[1] - hole[0]
+            if hole[1] == self._tail[0]:
+                # The gap right before the directory on disk keeps room for the
+                # next one, so a full disk can still save this write there
+                # (_commit_into_gap) instead of over the old directory.
+                room -= self._tail[1] - self._tail[0] + self._dir_growth + entry
+            if room >= size:
                 self._quiesce()  # a read of the member that was here may be under way
                 offset = hole[0]
                 hole[0] += size
@@ -662,6 +686,63 @@ class ZipStore(Store):
                 self._end = info.header_offset
             except OSError:
                 pass
+
+    # ------------------------------------------------------------ a full disk
+    # Deleted and replaced members become dead space only once a directory
+    # without them is on disk, and a new member needs one gap it fits whole:
+    # after deletes on a full disk, a write first saves them (as flush() does)
+    # and then gathers the dead gaps into one, before the directory, by moving
+    # the members nearest the end into the first gaps they fit (copies into
+    # space no directory names, then a new directory naming the new places:
+    # the archive is whole at every step).  No room is needed beyond the
+    # directory's, which is written over the old one when nothing else fits.
+    def _make_room(self, size: int) -> bool:
+        """After a full disk: save pending changes and gather dead space; True if ``size`` fits."""
+        try:
+            self._commit()  # deletes since the last flush become dead space
+            return self._gather_dead_space(size)
+        except (StoreIOError, OSError):
+            return False  # not even a directory fits: the write's own error says so
+
+    def _gather_dead_space(self, size: int) -> bool:
+        """Move members toward the start until a gap holds ``size`` bytes; True if one does."""
+        for _ in range(_GATHER_ROUNDS):
+            holes = self._find_holes()
+            if any(end - start >= size for start, end in holes):
+                return True
+            if sum(end - start for start, end in holes) < size:
+                return False  # all the dead space together is too small
+            if not self._move_members_down(holes):
+                return False
+            self._commit()
+        return any(end - start >= size for start, end in self._find_holes())
+
+    def _move_members_down(self, holes: list[list[int]]) -> bool:
+        """Copy the members nearest the end into the first gaps before them; False if none fit.
+
+        The copies go to space the directory on disk does not name; the index
+        then names them (the caller commits), and their old places are dead.
+        """
+        self._quiesce()  # a read of a member that was in a gap may be under way
+        moved = False
+        live = [info for info in self._index.values() if not info.flag_bits & _FLAG_DESCRIPTOR]
+        for info in sorted(live, key=lambda member: member.header_offset, reverse=True):
+            start, end = self._extent(info)
+            hole = next((hole for hole in holes if hole[0] < start
+                         and hole[1] - hole[0] >= end - start), None)
+            if hole is None:
+                continue
+            target = hole[0]
+            _pwrite_all(self._fd, self._pread(start, end - start, info.filename), target)
+            hole[0] += end - start
+            moved_info = copy.copy(info)
+            moved_info.header_offset = target
+            self._data_offsets[target] = target + self._data_offset(info) - start
+            self._index[info.filename] = moved_info
+            self._dirty = moved = True
+        if moved:
+            os.fsync(self._fd)  # the copies are on disk before a directory names them
+        return moved
 
     def _find_holes(self) -> list[list[int]]:
         """The gaps between the members (and tail) of the directory on disk."""
@@ -752,9 +833,34 @@ class ZipStore(Store):
                 pass
             if error.errno not in _FULL or self._end != self._tail[1]:
                 raise self._io_error("writing the central directory", error) from error
-            self._commit_in_place(entries, error)
+            if not self._commit_into_gap(entries):
+                self._commit_in_place(entries, error)
             return
         self._committed_as(entries, (position, position + len(tail)))
+
+    def _commit_into_gap(self, entries: list[zipfile.ZipInfo]) -> bool:
+        """On a full disk: the new directory into the dead gap before the old, then cut the file.
+
+        Until the cut the file still ends with the old directory, so at every
+        moment it is one whole archive; the cut also frees what followed.
+        False if there is no such gap, or the directory does not fit in it.
+        """
+        gap = next((hole for hole in self._find_holes() if hole[1] == self._tail[0]), None)
+        if gap is None:
+            return False
+        tail = _central_directory(entries, gap[0], self._comment)
+        if gap[0] + len(tail) > gap[1]:
+            return False
+        try:
+            self._quiesce()  # a read of a member that was in the gap may be under way
+            _pwrite_all(self._fd, tail, gap[0])
+            os.fsync(self._fd)
+            self._resize(gap[0] + len(tail))
+            os.fsync(self._fd)
+        except OSError as error:
+            raise self._io_error("writing the central directory", error) from error
+        self._committed_as(entries, (gap[0], gap[0] + len(tail)))
+        return True
 
     def _commit_in_place(self, entries: list[zipfile.ZipInfo], full: OSError) -> None:
         """Write the new directory over the old one: the last resort of a full disk.
@@ -790,6 +896,7 @@ class ZipStore(Store):
         self._end = tail[1]
         self._holes = None  # dead space changed: found again when needed
         self._dirty = False
+        self._dir_growth = 0
 
     def _resize(self, size: int) -> None:
         self._quiesce()  # a read of a member past ``size`` may be under way
