@@ -130,6 +130,11 @@ class DumbFiles:
         self._dir_read_to = 0
         self._dir_fd: int | None = None  # readers: the .dir read, kept open (see _read_dir)
         if not writable:
+            try:
+                self.refresh()
+            except BaseException:
+                self.close_files()
+                raise
             return
         try:
             dat_size = os.fstat(self._dat).st_size
@@ -149,20 +154,24 @@ class DumbFiles:
     def read(self, raw: bytes) -> bytes:
         """The value of ``raw``; KeyError if missing, ShortValue if ``.dat`` is cut.
 
-        A reader raises ``Stale`` if ``.dir`` changed during each of its attempts.
+        A reader compares ``.dir``'s stat after the read (one stat a read):
+        unchanged since the index was read, the value is whole and the newest;
+        changed, it reads the new index and the value again, and raises
+        ``Stale`` if ``.dir`` changed during each attempt.
         """
         if self._writable:
             return self._read_at(*self.index[raw])
-        for _ in range(_READ_ATTEMPTS):
-            self.refresh()
+        for attempt in range(_READ_ATTEMPTS):
+            if attempt:
+                self.refresh()
             stamp = self._dir_stamp
             try:
-                value = self._read_at(*self.index[raw])
-            except ShortValue:
-                if _stamp_of(self._dir_path) == stamp:
-                    raise
-                continue
+                value, failure = self._read_at(*self.index[raw]), None
+            except (KeyError, ShortValue) as error:
+                value, failure = b"", error
             if _stamp_of(self._dir_path) == stamp:
+                if failure is not None:
+                    raise failure
                 return value
         raise Stale(f"its index changed during each of {_READ_ATTEMPTS} attempts")
 

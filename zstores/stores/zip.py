@@ -435,33 +435,53 @@ class ZipStore(Store):
     # _read_range_checked).  A failed check reads the directory again and
     # retries; a file that keeps changing raises StaleStoreError.
     def _read_checked(self, key: str, window: tuple[int, int | None] | None) -> bytes:
-        """A reader's read of ``key`` (whole, or ``window`` = (start, length)), checked."""
-        stamps: list[tuple[int, ...]] = []
+        """A reader's read of ``key`` (whole, or ``window`` = (start, length)), checked.
+
+        The file's stat is compared after the read, one stat a read: the file
+        unchanged since its directory was read, the value is the newest.
+        Changed, the directory is read again and the read made again; if the
+        file still changes on the last attempt, its checked value (a whole
+        version, if not the newest) is returned.
+        """
         failure: CorruptValueError | None = None
+        forced = False  # this attempt's directory was read again after a failed check
         for attempt in range(_READ_ATTEMPTS):
-            try:
-                with self._lock:
-                    self._refresh_reader(force=attempt > 0)
-                    stamps.append(self._stamp)
+            outcome: KeyError | CorruptValueError | None = None
+            data = b""
+            with self._lock:
+                if attempt:
+                    self._refresh_reader(force=forced)
+                stamp = self._stamp
+                try:
                     info = self._index[key]
-                    if window is None:
+                    if window is not None and _stored_plain(info):
+                        data = self._read_range_checked(info, key, *window)
+                    else:  # whole (a compressed member too, cut below)
                         data = self._read_whole(info, key)
-                    elif _stored_plain(info):
-                        return self._read_range_checked(info, key, *window)
-                    else:  # a compressed member is read whole, then cut
-                        data = self._read_whole(info, key)
-                self._check_crc(info, data, key)
-            except CorruptValueError as error:
-                failure = error
+                except (KeyError, CorruptValueError) as error:
+                    outcome = error
+            if outcome is None and (window is None or not _stored_plain(info)):
+                try:
+                    self._check_crc(info, data, key)
+                except CorruptValueError as error:
+                    outcome = error
+                else:
+                    data = data if window is None else _cut(data, *window)
+            fresh = self._current_stamp() == stamp
+            if isinstance(outcome, CorruptValueError):
+                if fresh and forced:
+                    raise outcome  # read twice as the unchanged file's directory says: damaged
+                failure, forced = outcome, True
                 continue
-            return data if window is None else _cut(data, *window)
-        assert failure is not None
-        if len(set(stamps)) == 1 and self._unchanged(stamps[0]):
-            raise failure  # the same directory, the same file: the member is damaged
+            forced = False
+            if fresh or attempt == _READ_ATTEMPTS - 1:
+                if outcome is not None:
+                    raise KeyError(key)
+                return data
         raise StaleStoreError(
             f"{self!r}: {key!r} could not be read: another process kept rewriting the "
-            f"archive during {_READ_ATTEMPTS} attempts ({failure.strerror}). Nothing wrong "
-            f"was returned; read it again, or open the store once the writer has closed it"
+            f"archive during {_READ_ATTEMPTS} attempts ({failure}). Nothing wrong was "
+            f"returned; read it again, or open the store once the writer has closed it"
         ) from failure
 
     def _read_range_checked(self, info: zipfile.ZipInfo, key: str, start: int,
@@ -557,11 +577,12 @@ class ZipStore(Store):
         self._scan_floor = max(self._tail[1], size - _END.size - len(self._comment) - 3)
         self._stamp = stamp
 
-    def _unchanged(self, stamp: tuple[int, ...]) -> bool:
+    def _current_stamp(self) -> tuple[int, ...]:
+        """The stamp of the file at the path (of this handle's file if none is there)."""
         try:
-            return _stamp_of(os.stat(self._path)) == stamp
+            return _stamp_of(os.stat(self._path))
         except OSError:
-            return False
+            return _stamp_of(os.fstat(self._fd))  # type: ignore[arg-type]
 
     def _clear(self) -> None:
         with self._lock:
