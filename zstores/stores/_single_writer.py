@@ -151,6 +151,7 @@ class ReaderLock:
     --------
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "data.lock")
+    >>> WriterLock(path, "DBMStore").release()  # a writer made the file
     >>> first, second = ReaderLock(path, "DBMStore"), ReaderLock(path, "DBMStore")
     >>> try:
     ...     WriterLock(path, "DBMStore")
@@ -165,14 +166,13 @@ class ReaderLock:
         self._fd: int | None = None
         if fcntl is None:
             return
-        cloexec = getattr(os, "O_CLOEXEC", 0)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | cloexec, 0o666)
+            # Never created: mode "r" leaves no new files.  A writer creates it
+            # (WriterLock) and leaves it; gdbm's own lock covers a database
+            # written by other programs.
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
-            try:  # a folder this reader cannot write in: no writer made the file either
-                fd = os.open(path, os.O_RDONLY | cloexec)
-            except OSError:
-                return
+            return
         self._fd = _lock(fd, path, store, busy, shared=True)
 
     def release(self) -> None:

@@ -107,6 +107,19 @@ class DBMStore(Store):
     committed value, though a delete needs room for SQLite's log.  Where a
     disk may fill up, prefer ``dbm.dumb`` (or ``SQLiteStore``).
 
+    **Readers beside a writer.**  A ``dbm.dumb`` reader (mode ``"r"``, in
+    another process or handle) sees every write when it returns: it compares
+    the index file's stat after each read and, if the writer changed it, reads
+    the new index lines (or the whole index after a delete) and the value
+    again, so it never returns bytes the writer has since given to another
+    value; ``StaleStoreError`` if the index changed during each of four
+    attempts.  ``dbm.gnu`` and ``dbm.ndbm`` files cannot be read while a
+    writer changes them (Berkeley DB's readers saw stale values and no keys),
+    so their readers hold a shared lock on ``path + ".lock"``: a writer is
+    refused while readers are open and a reader while a writer is
+    (``StoreLockedError``; several readers may share).  ``dbm.sqlite3``
+    readers rely on SQLite's own locking.
+
     Every failure of the backend is typed: a full disk raises
     ``StoreFullError`` (``errno`` ``ENOSPC``; for ``dbm.ndbm``, which reports
     no errno, when the disk has less than 1 MiB free), a damaged file

@@ -96,12 +96,32 @@ class ZipStore(Store):
     Replaced and deleted members become dead space.  New members reuse the
     dead space of earlier flushes when they fit, and ``close()`` copies the
     live members to a new archive (moved over the old one) once more than a
-    quarter of the file is dead, if the disk has room for the copy.  On a
-    full disk, deleting keys and closing frees their space for later writes
-    even though the file does not shrink; if even the new central directory
-    does not fit after the old one, ``flush()``/``close()`` write it over the
-    old one (the only case where a crash at that moment could leave the
-    archive unreadable).
+    quarter of the file is dead, if the disk has room for the copy.
+
+    **A full disk.**  Deleting keys is enough to write again, though the file
+    does not shrink: a write that finds no room first saves the deletes (as
+    ``flush()`` does), then gathers the dead gaps into one by moving the
+    members nearest the end into the first gaps they fit (each copy goes to
+    space no directory names; then a directory naming the new places), and
+    writes there.  It needs no room beyond the new directory's.  A directory
+    that does not fit after the old one goes into the dead gap before it
+    (the file is then cut after it; the gap right before the directory keeps
+    room for that); only if there is none is it written over the old one
+    (the one case where a crash at that moment could leave the archive
+    unreadable).
+
+    **Readers beside a writer.**  A reader (mode ``"r"``, in another process
+    or another handle) sees the archive as the writer last flushed it.  After
+    each read it compares the file's stat (inode, size, times) with the one
+    its directory was read at; if the file changed it reads the newest
+    directory (searching only what was appended since) and reads the value
+    again, so a read returns the newest flushed value.  The bytes are checked
+    as well (the CRC-32 of a whole value; for a range, the member's local
+    header read again after it), so a member whose space the writer has
+    given to another value is never returned.  If the file changes during
+    each of four attempts the last checked value is returned (a whole, older
+    version), or ``StaleStoreError`` if there is none.  After ``close()``
+    compacted the archive, readers follow the new file.
 
     Parameters
     ----------
@@ -124,6 +144,9 @@ class ZipStore(Store):
     CorruptValueError
         The file is not a zip archive, or a member is damaged (bad CRC-32,
         header or length); the message names the store and the key.
+    StaleStoreError
+        A reader found the member it read rewritten by a writer process during
+        each of four attempts (``errno`` ``ESTALE``); read it again.
 
     Notes
     -----
@@ -138,7 +161,7 @@ class ZipStore(Store):
       writable store holds an exclusive lock (``flock``) on the archive while
       open, so a second process opening it for writing gets
       ``StoreLockedError`` (handles within one process share the lock).
-      Readers see the archive as the writer last flushed it.
+      Readers see the archive as the writer last flushed it (above).
     - ``hierarchical``: False.  Member names are free strings, so ``a`` and
       ``a/b`` can both exist, as zarr-python 2 allowed; tools that extract the
       archive to folders cannot hold both, so avoid that in archives meant for
