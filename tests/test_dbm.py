@@ -283,6 +283,65 @@ def test_python313_dbm_sqlite3(tmp_path):
     assert out["dbm_open_flavour"] == "dbm.sqlite3"  # dbm.open picks the first installed
 
 
+SQLITE3_BESIDE_A_WRITER = """
+import dbm.sqlite3, json, os, subprocess, sys, types
+
+root, path = sys.argv[1], sys.argv[2]
+package = types.ModuleType("zstores")  # the modules the dbm store needs, as above
+package.__path__ = [os.path.join(root, "zstores")]
+sys.modules["zstores"] = package
+from zstores.stores.dbm import DBMStore
+
+def value(key, serial):
+    return f"{key}|{serial}|".encode() * (300 + 700 * ((serial * 7 + len(key)) % 5))
+
+WRITER = '''
+import dbm.sqlite3, os, sys, types
+package = types.ModuleType("zstores")
+package.__path__ = [os.path.join(sys.argv[1], "zstores")]
+sys.modules["zstores"] = package
+from zstores.stores.dbm import DBMStore
+serial = int(sys.argv[3])
+def value(key, serial):
+    return f"{key}|{serial}|".encode() * (300 + 700 * ((serial * 7 + len(key)) % 5))
+with DBMStore(sys.argv[2], open=dbm.sqlite3.open) as store:
+    for i in range(serial % 3, 12, 3):
+        store.pop(f"k{i}", None)
+    for i in range(12):
+        if i % 3 != serial % 3:
+            store[f"k{i}"] = value(f"k{i}", serial)
+'''
+with DBMStore(path, open=dbm.sqlite3.open, mode="w") as store:
+    for i in range(12):
+        store[f"k{i}"] = value(f"k{i}", 0)
+reader = DBMStore(path, open=dbm.sqlite3.open, mode="r")
+rounds = []
+for serial in range(1, 5):
+    subprocess.run([sys.executable, "-c", WRITER, root, path, str(serial)], check=True)
+    seen = {}
+    for key in sorted(reader):
+        got = reader[key]
+        serial_read = int(got.split(b"|")[1])
+        seen[key] = serial_read if got == value(key, serial_read) else -1
+    rounds.append(seen)
+reader.close()
+print(json.dumps(rounds))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists(PYTHON_313), reason=f"no Python 3.13 at {PYTHON_313}")
+def test_python313_dbm_sqlite3_reader_beside_a_writer(tmp_path):
+    """dbm.sqlite3: a reader opened before a writer process deletes and rewrites keys
+    reads each round's values whole (SQLite's own locking; nothing is refused)."""
+    done = subprocess.run(
+        [PYTHON_313, "-c", SQLITE3_BESIDE_A_WRITER, str(ROOT), str(tmp_path / "db.sqlite")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for serial, seen in enumerate(json.loads(done.stdout), start=1):
+        assert seen == {f"k{i}": serial for i in range(12) if i % 3 != serial % 3}
+
+
 # ------------------------------------------------------------ zarr 2 compat
 ZARR2_WRITE = """
 import base64, dbm.dumb, warnings

@@ -529,22 +529,34 @@ class ZipStore(Store):
         """A reader's directory, read again if the file changed (or ``force``); lock held."""
         if self._mode != "r":
             return
-        try:
-            info = os.stat(self._path)
-        except OSError:  # removed: the file this handle has open is all there is
-            info = os.fstat(self._fd)
-        stamp = _stamp_of(info)
-        if stamp == self._stamp and not force:
-            return
-        self._quiesce()  # reads outside the lock use the descriptor and the index
-        try:
-            if (info.st_dev, info.st_ino) != self._stamp[:2]:
-                self._reopen()
-            elif force:
-                self._scan_floor = 0
-            self._reload_directory()
-        except OSError as error:
-            raise self._io_error("reading the central directory", error) from error
+        failure: CorruptValueError | None = None
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                info = os.stat(self._path)
+            except OSError:  # removed: the file this handle has open is all there is
+                info = os.fstat(self._fd)  # type: ignore[arg-type]
+            stamp = _stamp_of(info)
+            if stamp == self._stamp and not force:
+                return
+            self._quiesce()  # reads outside the lock use the descriptor and the index
+            try:
+                if (info.st_dev, info.st_ino) != self._stamp[:2]:
+                    self._reopen()
+                elif force:
+                    self._scan_floor = 0
+                self._reload_directory()
+                return
+            except CorruptValueError as error:
+                if self._current_stamp() == stamp:
+                    raise  # the file, unchanged, has no readable directory
+                failure, force = error, True  # caught while the writer wrote it: again
+            except OSError as error:
+                raise self._io_error("reading the central directory", error) from error
+        raise StaleStoreError(
+            f"{self!r}: the archive's central directory could not be read: another process "
+            f"kept rewriting it during {_READ_ATTEMPTS} attempts ({failure}); try again, or "
+            f"open the store once the writer has closed it"
+        ) from failure
 
     def _reopen(self) -> None:
         """A reader's descriptor on the file now at the path (the writer moved a new one there)."""
