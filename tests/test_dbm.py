@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from zstores.errors import CorruptValueError, StoreFullError
+from zstores.errors import CorruptValueError, StaleStoreError, StoreFullError
 from zstores.stores._dumb import DumbFiles
 from zstores.stores.dbm import DBMStore
 from zstores.testing import StoreTests
@@ -770,3 +770,30 @@ def test_dumb_readers_beside_a_busy_writer_never_get_wrong_bytes(tmp_path):
         check_sees(reader, writer.visible, writer.keys)
         reader.close()
     assert seen["value"] > 0, seen
+
+
+def test_a_dumb_read_overtaken_at_every_attempt_raises_stale_store_error(tmp_path, monkeypatch):
+    """A writer that rewrites the key during each of the 4 attempts: one StaleStoreError
+    (ESTALE) naming the store and key; once it stops, the newest value."""
+    path = tmp_path / "data"
+    writer = DBMStore(path, open=dbm.dumb.open, mode="w")
+    writer["k"] = make_value("k", 1, 5000)
+    reader = DBMStore(path, open=dbm.dumb.open, mode="r")
+    real = DumbFiles._read_at
+    rounds = []
+
+    def read_at(self, position, size):
+        if not self._writable and writer is not None:
+            rounds.append(1)
+            writer["k"] = make_value("k", 1 + len(rounds), 7000)
+        return real(self, position, size)
+
+    monkeypatch.setattr(DumbFiles, "_read_at", read_at)
+    with pytest.raises(StaleStoreError) as caught:
+        reader["k"]
+    assert caught.value.errno == errno.ESTALE and len(rounds) == 4
+    assert repr(reader) in str(caught.value) and "'k'" in str(caught.value)
+    writer.close()
+    writer = None
+    assert check_value("k", reader["k"]) == 5
+    reader.close()

@@ -9,7 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from zstores.errors import CorruptValueError, StoreFullError
+from zstores.errors import CorruptValueError, StaleStoreError, StoreFullError
 from zstores.stores.zip import ZipStore
 from zstores.testing import StoreTests
 
@@ -762,3 +762,39 @@ def _prefix(reader, key):
     serial = int(head.split(b"|")[1])
     assert head == make_value(key, serial, 200), f"range of {key!r} is wrong bytes"
     return head
+
+
+class _OvertakenEveryTime(ZipStore):
+    """A reader whose every pread of the value lets ``writer`` give its space away first."""
+
+    writer: ZipStore | None = None
+    rounds = 0
+
+    def _pread(self, offset: int, size: int, key: str) -> bytes:
+        if self.writer is not None and size > 100:
+            self.rounds += 1
+            self.writer[key] = make_value(key, 10 + self.rounds, 9_000)  # appended
+            self.writer.flush()  # the old value's space is dead now, and the only gap
+            filler = f"filler{self.rounds}"  # where this fits: it goes there
+            self.writer[filler] = make_value(filler, 1, 5_000)
+            self.writer.flush()
+        return super()._pread(offset, size, key)
+
+
+def test_a_read_overtaken_at_every_attempt_raises_stale_store_error(tmp_path):
+    """A writer that gives the member's space away during each of the 4 attempts: one
+    StaleStoreError (ESTALE) naming the store and key, never the bytes now there."""
+    path = tmp_path / "data.zip"
+    writer = ZipStore(path, mode="w")
+    writer["k"] = make_value("k", 1, 9_000)
+    writer.flush()
+    reader = _OvertakenEveryTime(path, mode="r")
+    reader.writer = writer
+    with pytest.raises(StaleStoreError) as caught:
+        reader["k"]
+    assert caught.value.errno == errno.ESTALE and reader.rounds == 4
+    assert repr(reader) in str(caught.value) and "'k'" in str(caught.value)
+    reader.writer = None
+    assert check_value("k", reader["k"]) == 14  # the writer done: the newest value
+    reader.close()
+    writer.close()

@@ -230,10 +230,11 @@ class DBMStore(Store):
         except (KeyError, ZStoresError):
             raise
         except Stale as error:
+            what = action if key is None else f"{action} {key!r}"
             raise StaleStoreError(
-                f"{self!r}: {action} {key!r} failed: another process kept changing the "
-                f"database ({error}). Nothing wrong was returned; read it again, or open "
-                f"the store once the writer has closed it"
+                f"{self!r}: {what} failed: another process kept changing the database "
+                f"({error}). Nothing wrong was returned; read it again, or open the store "
+                f"once the writer has closed it"
             ) from error
         except ShortValue as error:
             raise CorruptValueError(
