@@ -571,6 +571,8 @@ class ZipStore(Store):
         """Read the newest complete directory, from ``_scan_floor`` on; keep ours if none."""
         info = os.fstat(self._fd)  # type: ignore[arg-type]
         stamp, size = _stamp_of(info), info.st_size  # the path's stat too: the same file
+        if size < self._scan_floor:  # cut since: a directory may lie before the floor
+            self._scan_floor = 0
         start, end = self._tail
         probe = size - _END.size - len(self._comment)
         found = None
