@@ -450,13 +450,12 @@ class ZipStore(Store):
     # A reader (mode "r") may sit beside a writer in another process (or
     # another handle of this one), which writes new members into space its own
     # last directory left dead: space an older directory, the reader's, may
-    # still name.  So before each read a reader compares the file's stat with
-    # the one its directory was read at, and reads the directory again when
-    # they differ; after the read it checks the bytes are still the member's
+    # still name.  So a reader checks the bytes it read are still the member's
     # (the CRC-32 for whole values, the local header for ranges: a member
     # written over this one starts at or before its header, see
-    # _read_range_checked).  A failed check reads the directory again and
-    # retries; a file that keeps changing raises StaleStoreError.
+    # _read_range_checked), then compares the file's stat with the one its
+    # directory was read at, and reads the directory and the value again when
+    # they differ.  A file that keeps changing raises StaleStoreError.
     def _read_checked(self, key: str, window: tuple[int, int | None] | None) -> bytes:
         """A reader's read of ``key`` (whole, or ``window`` = (start, length)), checked.
 
