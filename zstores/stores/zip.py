@@ -112,8 +112,8 @@ class ZipStore(Store):
 
     **Readers beside a writer.**  A reader (mode ``"r"``, in another process
     or another handle) sees the archive as the writer last flushed it.  After
-    each read it compares the file's stat (inode, size, times) with the one
-    its directory was read at; if the file changed it reads the newest
+    each read it compares the file's stat (size, times, link count) with the
+    one its directory was read at; if the file changed it reads the newest
     directory (searching only what was appended since) and reads the value
     again, so a read returns the newest flushed value.  The bytes are checked
     as well (the CRC-32 of a whole value; for a range, the member's local
