@@ -5,6 +5,7 @@ import subprocess
 import sys
 import threading
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -798,3 +799,70 @@ def test_a_read_overtaken_at_every_attempt_raises_stale_store_error(tmp_path):
     assert check_value("k", reader["k"]) == 14  # the writer done: the newest value
     reader.close()
     writer.close()
+
+
+_FULL_DISK_ROUNDS = r"""
+import sys
+sys.path.insert(0, sys.argv[2])
+from full_disk import make_value
+import zstores
+from zstores.errors import StoreFullError
+
+store = zstores.ZipStore(sys.argv[1], mode="w")
+n = 0
+try:
+    while True:
+        store[f"k/{n}"] = make_value(f"k/{n}", 1, 30_000 + (n % 7) * 5_000)
+        n += 1
+        if n % 5 == 0:
+            store.flush()
+except StoreFullError:
+    pass
+for round_number in range(3):
+    store.delitems(sorted(store)[round_number % 2::2])
+    m = 0
+    try:
+        while True:
+            key = f"r{round_number}/{m}"
+            store[key] = make_value(key, 2, 30_000 + (m % 5) * 7_000)
+            m += 1
+            if m % 7 == 0:
+                store.flush()
+    except StoreFullError:
+        pass
+    print(round_number, n, m, flush=True)
+    store.flush()
+store.close()
+"""
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "ext4"])
+def test_a_reader_beside_a_writer_on_a_full_disk_never_gets_wrong_bytes(kind):
+    """A writer process fills the disk, then three times deletes half its keys and
+    writes until the disk is full again (directories written into dead gaps or over
+    the old one, members moved to gather space), while this process reads: every
+    value whole (or missing), every flush saved, the archive whole at the end."""
+    with small_filesystem(16, kind) as fs:
+        path = fs / "data.zip"
+        with ZipStore(path, mode="w") as store:
+            store["seed"] = make_value("seed", 0, 1000)
+        writer = subprocess.Popen(
+            [sys.executable, "-c", _FULL_DISK_ROUNDS, str(path), str(Path(__file__).parent)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        reader = ZipStore(path, mode="r")
+        seen = {"value": 0, "missing": 0, "stale": 0}
+        while writer.poll() is None:
+            for key in list(reader)[-20:]:
+                seen[check_read(key, lambda key=key: reader[key])] += 1
+                seen[check_read(key, lambda key=key: _prefix(reader, key))] += 1
+        out, err = writer.communicate()
+        assert writer.returncode == 0, err[-3000:]
+        rounds = [line.split() for line in out.splitlines()]
+        assert [int(r[0]) for r in rounds] == [0, 1, 2]
+        assert all(int(r[2]) > 0.8 * int(r[1]) / 2 for r in rounds), rounds  # most room reused
+        for key in reader:
+            check_value(key, reader[key])
+        reader.close()
+        with zipfile.ZipFile(path) as archive:
+            assert archive.testzip() is None
+    assert seen["value"] > 0, seen

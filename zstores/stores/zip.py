@@ -219,6 +219,8 @@ class ZipStore(Store):
         self._holes: list[list[int]] | None = None  # dead space, found when needed
         self._dirty = False
         self._dir_growth = 0  # directory bytes the members written since the last commit add
+        self._room = 0  # bytes the file system had free when last asked, less those appended
+        self._block = 4096  # its block size
         # Readers (mode "r") only: the file as its directory was read (see
         # _refresh), the directory's bytes, where a newer directory may start,
         # and each member's local header as first read (see _read_range).
@@ -258,7 +260,30 @@ class ZipStore(Store):
                 self._resize(0)
                 self._commit()
             return
-        self._load_index(size)
+        if writable:
+            self._load_index(size)
+        else:
+            self._load_index_as_reader()
+
+    def _load_index_as_reader(self) -> None:
+        """A reader's first directory: read again if a writer was writing it meanwhile."""
+        failure: CorruptValueError | None = None
+        for _ in range(_READ_ATTEMPTS):
+            if self._stamp[2] == 0:
+                return  # emptied (a writer's mode "w" makes it anew): no keys yet
+            try:
+                self._load_index(self._stamp[2])
+                return
+            except CorruptValueError as error:
+                stamp = self._current_stamp()
+                if stamp == self._stamp:
+                    raise  # the file, unchanged, is not a readable archive
+                failure, self._stamp = error, stamp
+        raise StaleStoreError(
+            f"{self!r}: the archive could not be opened: another process kept rewriting it "
+            f"during {_READ_ATTEMPTS} attempts ({failure}); try again, or open it once the "
+            f"writer has closed it"
+        ) from failure
 
     def _load_index(self, size: int) -> None:
         try:
@@ -573,6 +598,12 @@ class ZipStore(Store):
         stamp, size = _stamp_of(info), info.st_size  # the path's stat too: the same file
         if size < self._scan_floor:  # cut since: a directory may lie before the floor
             self._scan_floor = 0
+        if size == 0:  # emptied: a writer's mode "w" makes it anew; no keys yet
+            self._index, self._folders, self._committed = {}, [], []
+            self._tail, self._tail_bytes, self._end, self._stamp = (0, 0), b"", 0, stamp
+            self._data_offsets.clear()
+            self._headers.clear()
+            return
         start, end = self._tail
         probe = size - _END.size - len(self._comment)
         found = None
@@ -586,6 +617,8 @@ class ZipStore(Store):
                     found = self._read_directory(size)
                 except _ZIP_ERRORS:
                     found = None  # written at this moment: search as below
+                if found is not None and found[2] < 0:
+                    found = None  # an end record that does not end the file
         if not keep and found is None:  # members written after the last directory
             found = self._last_directory(size, self._scan_floor)
             if found is None:
@@ -656,14 +689,19 @@ class ZipStore(Store):
                       size: int) -> None:
         entry = _CENTRAL.size + 3 * 8 + 4 + len(key.encode("utf-8"))  # its ZIP64 field at most
         offset, appended = self._allocate(size, entry)
-        self._dir_growth += entry
+        directory = self._tail[1] - self._tail[0] + self._dir_growth + entry
+        if appended and not self._directory_fits(directory, size):
+            full = OSError(errno.ENOSPC, "no room for the value and the directory after it")
+            raise self._io_error(f"writing {key!r}", full) from full
         try:
             _pwrite_all(self._fd, parts, offset)
         except OSError as error:
             self._release(offset, size, appended)
             raise self._io_error(f"writing {key!r}", error) from error
+        self._dir_growth += entry
         if appended:
             self._end = offset + size
+            self._room -= self._blocks(size)
         info.header_offset = offset
         self._data_offsets[offset] = offset + size - info.compress_size
         old = self._index.get(key)
@@ -719,19 +757,60 @@ class ZipStore(Store):
         dead in the directory on disk, so writing there cannot damage anything
         acknowledged, whatever happens next.
         """
+        directory = self._tail[1] - self._tail[0] + self._dir_growth + entry
         for hole in self._find_holes():
             room = hole[1] - hole[0]
-            if hole[1] == self._tail[0]:
-                # The gap right before the directory on disk keeps room for the
-                # next one, so a full disk can still save this write there
-                # (_commit_into_gap) instead of over the old directory.
-                room -= self._tail[1] - self._tail[0] + self._dir_growth + entry
-            if room >= size:
-                self._quiesce()  # a read of the member that was here may be under way
-                offset = hole[0]
-                hole[0] += size
-                return offset, False
+            if room < size:
+                continue
+            left = room - size if hole[1] == self._tail[0] else None
+            if not self._directory_fits(directory, 0, left):
+                continue
+            self._quiesce()  # a read of the member that was here may be under way
+            offset = hole[0]
+            hole[0] += size
+            return offset, False
         return self._end, True
+
+    def _directory_fits(self, directory: int, appended: int, gap_left: int | None = None) -> bool:
+        """Whether a directory of ``directory`` bytes still has a place after this write.
+
+        A write is taken only if the directory that saves it can be written
+        afterwards, whatever else fills the disk meanwhile: appended (the file
+        system has room for it after the ``appended`` bytes of this write),
+        else, with nothing appended after the directory on disk, over the old
+        one (no larger) or into the dead gap before it (``gap_left`` bytes of
+        it once this write is in, if it goes there).
+        """
+        if self._room_for((self._blocks(appended) if appended else 0) + self._blocks(directory)):
+            return True
+        if appended or self._end != self._tail[1]:
+            return False
+        start, end = self._tail
+        if start + directory <= -(-end // self._block) * self._block:
+            return True  # over the old one, within the blocks the file has
+        if gap_left is None:
+            gap_left = next((end - start for start, end in self._find_holes()
+                             if end == self._tail[0]), 0)
+        return directory <= gap_left
+
+    def _room_for(self, need: int) -> bool:
+        """Whether the file system has ``need`` bytes free (asked only when the room
+        known from the last time, less what was appended since, may not be enough)."""
+        if need <= self._room:
+            return True
+        try:
+            info = os.fstatvfs(self._fd)  # type: ignore[arg-type]
+        except (OSError, AttributeError):  # AttributeError: Windows has no fstatvfs
+            return True  # cannot tell: the write finds out
+        # f_bavail, also for root: ext4 keeps clusters (2% of a small file
+        # system) that f_bfree counts and no write of data may take.
+        self._room = info.f_bavail * info.f_frsize
+        self._block = max(info.f_frsize, 512)
+        return need <= self._room
+
+    def _blocks(self, size: int) -> int:
+        """The room ``size`` appended bytes may take: whole blocks, and one more (metadata)."""
+        return (-(-size // self._block) + 1) * self._block
 
     def _release(self, offset: int, size: int, appended: bool) -> None:
         """Give back space taken by a write that failed (truncating what it added)."""
@@ -904,6 +983,7 @@ class ZipStore(Store):
             if not self._commit_into_gap(entries):
                 self._commit_in_place(entries, error)
             return
+        self._room -= self._blocks(len(tail))
         self._committed_as(entries, (position, position + len(tail)))
 
     def _commit_into_gap(self, entries: list[zipfile.ZipInfo]) -> bool:
