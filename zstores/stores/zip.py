@@ -103,12 +103,13 @@ class ZipStore(Store):
     ``flush()`` does), then gathers the dead gaps into one by moving the
     members nearest the end into the first gaps they fit (each copy goes to
     space no directory names; then a directory naming the new places), and
-    writes there.  It needs no room beyond the new directory's.  A directory
-    that does not fit after the old one goes into the dead gap before it
-    (the file is then cut after it; the gap right before the directory keeps
-    room for that); only if there is none is it written over the old one
-    (the one case where a crash at that moment could leave the archive
-    unreadable).
+    writes there.  It needs no room beyond the new directory's.  A write is
+    taken only if the directory that saves it still has a place afterwards:
+    room on the file system after it, else the dead gap before the old
+    directory (written there, the file is then cut after it), else over the
+    old one (the one case where a crash at that moment could leave the
+    archive unreadable).  So ``flush()`` and ``close()`` succeed after
+    writes on a full disk.
 
     **Readers beside a writer.**  A reader (mode ``"r"``, in another process
     or another handle) sees the archive as the writer last flushed it.  After
