@@ -24,11 +24,12 @@ At every moment, ``dbm.dumb.open`` reads the files as the state before or
 after the operation under way.
 
 A reader (``writable=False``) may sit beside a writer in another process,
-which gives the space of replaced and deleted values to new ones.  Before
-each read it compares ``.dir``'s stat with the one its index was read at and
-reads the new lines (``.dir`` only grows, or is replaced whole); after the
-read it compares again: space an index line on disk still refers to is never
-reused, so a value whose ``.dir`` did not change during its read is whole.
+which gives the space of replaced and deleted values to new ones.  After
+each read it compares ``.dir``'s stat with the one its index was read at:
+space an index line on disk still refers to is never reused, so a value
+whose ``.dir`` did not change from the reading of the index to the end of
+the read is whole, and the newest.  If it changed, the reader reads the new
+lines (``.dir`` only grows, or is replaced whole) and the value again.
 
 The module uses ``dbm.dumb``'s own object for opening, listing and its
 in-memory index (``_index``), and never lets it write (``_modified`` stays
@@ -124,8 +125,7 @@ class DumbFiles:
         self._pending: list[tuple[int, int]] = []  # freed, reusable after the next sync
         self._lines = 0  # lines in .dir, to know when rewriting it is worth it
         # Readers: .dir's stat when the index was read, and how far (see refresh).
-        # Empty: dbm.dumb read .dir before any stat was taken, so the first
-        # read reads it again.
+        # dbm.dumb read .dir before any stat was taken: a reader reads it again.
         self._dir_stamp: tuple[int, ...] | None = None
         self._dir_read_to = 0
         self._dir_fd: int | None = None  # readers: the .dir read, kept open (see _read_dir)
