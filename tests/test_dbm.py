@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from zstores.errors import CorruptValueError, StoreFullError
+from zstores.errors import CorruptValueError, StaleStoreError, StoreFullError
 from zstores.stores._dumb import DumbFiles
 from zstores.stores.dbm import DBMStore
 from zstores.testing import StoreTests
@@ -28,6 +28,7 @@ from full_disk import (
     small_filesystem,
 )
 from raw_access import dbm_get, dbm_set
+from single_writer import WriterProcess, check_read, check_sees
 
 PYTHON_313 = "/root/.pyenv/versions/3.13.0/bin/python"
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,6 +281,65 @@ def test_python313_dbm_sqlite3(tmp_path):
     assert out["w-"] == out["r missing"] == "refused"
     assert out["default_flavour"] == "dbm.dumb"  # new databases: dbm.dumb by default
     assert out["dbm_open_flavour"] == "dbm.sqlite3"  # dbm.open picks the first installed
+
+
+SQLITE3_BESIDE_A_WRITER = """
+import dbm.sqlite3, json, os, subprocess, sys, types
+
+root, path = sys.argv[1], sys.argv[2]
+package = types.ModuleType("zstores")  # the modules the dbm store needs, as above
+package.__path__ = [os.path.join(root, "zstores")]
+sys.modules["zstores"] = package
+from zstores.stores.dbm import DBMStore
+
+def value(key, serial):
+    return f"{key}|{serial}|".encode() * (300 + 700 * ((serial * 7 + len(key)) % 5))
+
+WRITER = '''
+import dbm.sqlite3, os, sys, types
+package = types.ModuleType("zstores")
+package.__path__ = [os.path.join(sys.argv[1], "zstores")]
+sys.modules["zstores"] = package
+from zstores.stores.dbm import DBMStore
+serial = int(sys.argv[3])
+def value(key, serial):
+    return f"{key}|{serial}|".encode() * (300 + 700 * ((serial * 7 + len(key)) % 5))
+with DBMStore(sys.argv[2], open=dbm.sqlite3.open) as store:
+    for i in range(serial % 3, 12, 3):
+        store.pop(f"k{i}", None)
+    for i in range(12):
+        if i % 3 != serial % 3:
+            store[f"k{i}"] = value(f"k{i}", serial)
+'''
+with DBMStore(path, open=dbm.sqlite3.open, mode="w") as store:
+    for i in range(12):
+        store[f"k{i}"] = value(f"k{i}", 0)
+reader = DBMStore(path, open=dbm.sqlite3.open, mode="r")
+rounds = []
+for serial in range(1, 5):
+    subprocess.run([sys.executable, "-c", WRITER, root, path, str(serial)], check=True)
+    seen = {}
+    for key in sorted(reader):
+        got = reader[key]
+        serial_read = int(got.split(b"|")[1])
+        seen[key] = serial_read if got == value(key, serial_read) else -1
+    rounds.append(seen)
+reader.close()
+print(json.dumps(rounds))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists(PYTHON_313), reason=f"no Python 3.13 at {PYTHON_313}")
+def test_python313_dbm_sqlite3_reader_beside_a_writer(tmp_path):
+    """dbm.sqlite3: a reader opened before a writer process deletes and rewrites keys
+    reads each round's values whole (SQLite's own locking; nothing is refused)."""
+    done = subprocess.run(
+        [PYTHON_313, "-c", SQLITE3_BESIDE_A_WRITER, str(ROOT), str(tmp_path / "db.sqlite")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for serial, seen in enumerate(json.loads(done.stdout), start=1):
+        assert seen == {f"k{i}": serial for i in range(12) if i % 3 != serial % 3}
 
 
 # ------------------------------------------------------------ zarr 2 compat
@@ -608,3 +668,132 @@ def test_gnu_and_ndbm_full_disk_errors_are_typed(flavour):
     assert out["errno"] == errno.ENOSPC and str(fs / "db") in out["message"]
     assert out["cause"] in ("_gdbm", "_dbm", "dbm.gnu", "dbm.ndbm"), out
     assert "close" not in out or "zstores.errors.StoreIOError" in out["close"], out
+
+
+# ------------------------------------------------- a reader beside a writer process
+def _dumb_writer(path, **options) -> WriterProcess:
+    return WriterProcess(f"zstores.DBMStore({str(path)!r}, open=dbm.dumb.open)", **options)
+
+
+def test_a_dumb_reader_opened_before_a_writer_rewrites_sees_each_value(tmp_path):
+    """Each round deletes (a new .dir), rewrites in new sizes (appended lines) and
+    rewrites into the space just freed: the reader reads the index again and serves
+    every new value (the code before served another key's bytes)."""
+    path = tmp_path / "data"
+    with _dumb_writer(path) as writer:
+        with DBMStore(path, open=dbm.dumb.open, mode="r") as reader:
+            check_sees(reader, writer.visible, writer.keys)
+            for _ in range(6):
+                check_sees(reader, writer.round(), writer.keys)
+
+
+def test_a_dumb_reader_follows_a_database_made_anew(tmp_path):
+    """Mode "w" removes and recreates the files: the reader reads the new ones."""
+    path = tmp_path / "data"
+    with DBMStore(path, open=dbm.dumb.open, mode="w") as store:
+        store.update({f"k{i}": make_value(f"k{i}", 0, 5000) for i in range(6)})
+    reader = DBMStore(path, open=dbm.dumb.open, mode="r")
+    check_sees(reader, {f"k{i}": 0 for i in range(6)}, 6)
+    code = (f"import dbm.dumb, zstores, sys; sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+            "from full_disk import make_value\n"
+            f"with zstores.DBMStore({str(path)!r}, open=dbm.dumb.open, mode='w') as s:\n"
+            "    s.update({f'k{i}': make_value(f'k{i}', 1, 700) for i in range(0, 6, 2)})\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    check_sees(reader, {f"k{i}": 1 for i in range(0, 6, 2)}, 6)
+    reader.close()
+
+
+@pytest.fixture
+def paused_dumb_reads(monkeypatch):
+    """Make the next read of ``state["key"]`` stop inside its pread until ``state["go"]``."""
+    state = {"key": None, "reading": threading.Event(), "go": threading.Event()}
+    real = DumbFiles._read_at
+
+    def read_at(self, position, size):
+        if state["key"] is not None and size > 100:
+            state["key"] = None
+            state["reading"].set()
+            assert state["go"].wait(60)
+        return real(self, position, size)
+
+    monkeypatch.setattr(DumbFiles, "_read_at", read_at)
+    return state
+
+
+def test_a_dumb_read_the_writer_overtakes_returns_one_whole_version(tmp_path, paused_dumb_reads):
+    """A read stopped inside its pread while a whole writer round runs (its space
+    given to other values): the old value, or the new one read again; never the
+    bytes now there."""
+    path = tmp_path / "data"
+    state = paused_dumb_reads
+    outcomes = []
+    with _dumb_writer(path) as writer:
+        reader = DBMStore(path, open=dbm.dumb.open, mode="r")
+        reader["k0"]  # the index read once, before any pause
+        for round_number in range(1, 10):
+            before = dict(writer.visible)
+            key = sorted(before)[round_number % len(before)]
+            state["reading"], state["go"] = threading.Event(), threading.Event()
+            state["key"] = key
+            result: list = []
+            thread = threading.Thread(target=lambda key=key, result=result: result.append(
+                check_read(key, lambda: reader[key])))
+            thread.start()
+            assert state["reading"].wait(30)
+            after = writer.round()
+            state["go"].set()
+            thread.join(60)
+            assert result and result[0] in ("value", "missing"), result
+            if result[0] == "missing":
+                assert key not in after
+            outcomes.append(result[0])
+        reader.close()
+    assert "value" in outcomes
+
+
+def test_dumb_readers_beside_a_busy_writer_never_get_wrong_bytes(tmp_path):
+    """The stress variant: 40 rounds run on their own while this process reads."""
+    path = tmp_path / "data"
+    seen = {"value": 0, "missing": 0, "stale": 0}
+    with _dumb_writer(path, keys=8) as writer:
+        reader = DBMStore(path, open=dbm.dumb.open, mode="r")
+        done = threading.Event()
+        writer.run_rounds(40)
+        waiter = threading.Thread(target=lambda: (writer.wait(), done.set()))
+        waiter.start()
+        reads = 0
+        while not done.is_set() and reads < 200_000:
+            key = f"k{reads % 8}"
+            seen[check_read(key, lambda key=key: reader[key])] += 1
+            reads += 1
+        waiter.join()
+        check_sees(reader, writer.visible, writer.keys)
+        reader.close()
+    assert seen["value"] > 0, seen
+
+
+def test_a_dumb_read_overtaken_at_every_attempt_raises_stale_store_error(tmp_path, monkeypatch):
+    """A writer that rewrites the key during each of the 4 attempts: one StaleStoreError
+    (ESTALE) naming the store and key; once it stops, the newest value."""
+    path = tmp_path / "data"
+    writer = DBMStore(path, open=dbm.dumb.open, mode="w")
+    writer["k"] = make_value("k", 1, 5000)
+    reader = DBMStore(path, open=dbm.dumb.open, mode="r")
+    real = DumbFiles._read_at
+    rounds = []
+
+    def read_at(self, position, size):
+        if not self._writable and writer is not None:
+            rounds.append(1)
+            writer["k"] = make_value("k", 1 + len(rounds), 7000)
+        return real(self, position, size)
+
+    monkeypatch.setattr(DumbFiles, "_read_at", read_at)
+    with pytest.raises(StaleStoreError) as caught:
+        reader["k"]
+    assert caught.value.errno == errno.ESTALE and len(rounds) == 4
+    assert repr(reader) in str(caught.value) and "'k'" in str(caught.value)
+    writer.close()
+    writer = None
+    assert check_value("k", reader["k"]) == 5
+    reader.close()

@@ -12,6 +12,7 @@ interpreter with them.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -158,3 +159,82 @@ def test_default_creates_dumb_and_keeps_an_existing_flavour(tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["dbm.dumb", "dbm.gnu", "['d']"]
+
+
+_READERS_AND_WRITER = """
+import importlib, json, subprocess, sys
+from zstores import DBMStore, StoreLockedError
+
+flavour, path = sys.argv[1], sys.argv[2]
+module = importlib.import_module(flavour)
+OTHER = '''
+import importlib, sys
+from zstores import DBMStore, StoreLockedError
+try:
+    DBMStore(sys.argv[2], open=importlib.import_module(sys.argv[1]).open, mode=sys.argv[3]).close()
+except StoreLockedError as error:
+    print("refused:", error)
+else:
+    print("opened")
+'''
+
+
+def other_process(mode):
+    done = subprocess.run([sys.executable, "-c", OTHER, flavour, path, mode],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def here(mode):
+    try:
+        DBMStore(path, open=module.open, mode=mode).close()
+    except StoreLockedError as error:
+        return f"refused: {error}"
+    return "opened"
+
+
+out = {}
+with DBMStore(path, open=module.open, mode="w") as store:
+    store["a"] = b"1"
+reader = DBMStore(path, open=module.open, mode="r")
+out["writer beside a reader"] = other_process("r+")
+out["writer beside a reader, same process"] = here("r+")
+out["second reader"] = other_process("r")
+reader.close()
+writer = DBMStore(path, open=module.open, mode="r+")
+out["reader beside a writer"] = other_process("r")
+out["reader beside a writer, same process"] = here("r")
+writer["b"] = b"2"
+writer.close()
+with DBMStore(path, open=module.open, mode="r") as reader:
+    out["after"] = sorted(reader)
+if flavour == "dbm.gnu":  # a writer that is not a DBMStore: gdbm's own lock refuses
+    raw = module.open(path, "w")
+    out["reader beside a gdbm writer"] = here("r")
+    raw.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("flavour", sorted(FLAVOURS))
+def test_readers_and_a_writer_of_gnu_and_ndbm_exclude_each_other(flavour: str,
+                                                                 tmp_path: Path) -> None:
+    """gdbm and Berkeley DB's ndbm cannot be read while a writer changes them (ndbm's
+    readers got stale or mixed values): a writer is refused beside readers, and a
+    reader beside a writer, with StoreLockedError, in other processes and this one."""
+    if _has_here(flavour):
+        pytest.skip(f"{flavour} is in this Python: see tests/test_dbm.py")
+    done = subprocess.run(
+        [flavour_python(), "-c", _READERS_AND_WRITER, flavour, str(tmp_path / "data")],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    for case in ("writer beside a reader", "writer beside a reader, same process",
+                 "reader beside a writer", "reader beside a writer, same process"):
+        assert out[case].startswith("refused: "), (case, out[case])
+        assert str(tmp_path / "data") in out[case] and "dbm.dumb" in out[case], out[case]
+    assert out["second reader"] == "opened"
+    assert out["after"] == ["a", "b"]
+    if flavour == "dbm.gnu":
+        assert out["reader beside a gdbm writer"].startswith("refused: "), out

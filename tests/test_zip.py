@@ -5,11 +5,12 @@ import subprocess
 import sys
 import threading
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from zstores.errors import CorruptValueError, StoreFullError
+from zstores.errors import CorruptValueError, StaleStoreError, StoreFullError
 from zstores.stores.zip import ZipStore
 from zstores.testing import StoreTests
 
@@ -22,6 +23,7 @@ from full_disk import (
     small_filesystem,
 )
 from raw_access import zip_get, zip_set
+from single_writer import WriterProcess, check_read, check_sees
 
 
 class TestZipStore(StoreTests):
@@ -169,7 +171,11 @@ def test_stored_range_read_reads_only_the_range(tmp_path, monkeypatch):
     with ZipStore(tmp_path / "data.zip", mode="r") as store:
         monkeypatch.setattr(os, "pread", counting_pread)
         assert store.get_range("big/0", 1000, 10) == value[1000:1010]
-        assert sizes == [10, 5, 30, 10]  # the local header once, then only the range
+        # The local header and name once, the range, then the header again: a
+        # reader checks no writer gave the member's space to another meanwhile.
+        assert sizes == [10, 5, 30, 5, 10, 35]
+        assert store.get_range("big/0", 2000, 10) == value[2000:2010]
+        assert sizes[6:] == [10, 35]
         monkeypatch.undo()
 
 
@@ -471,6 +477,40 @@ def test_deletes_on_a_full_disk_are_saved_and_their_space_reused(small_fs):
     assert filler.exists()
 
 
+@pytest.mark.parametrize("kind", ["tmpfs", "ext4"])
+def test_after_a_full_disk_deleting_half_makes_room_for_as_much_again(kind):
+    """The issue's case: a writer fills the disk (flushing every 10 values), deletes
+    every other key without flushing, and writes new values with longer names.  The
+    writes save the deletes, gather the dead gaps (single members, each a little too
+    small for a new one) and go on until nearly all the freed space is used; the
+    archive then closes whole (the code before refused every new write)."""
+    with small_filesystem(16, kind) as fs:
+        path = fs / "data.zip"
+        store = ZipStore(path, mode="w")
+        written = []
+        with pytest.raises(StoreFullError):
+            for n in range(10_000):
+                store[f"k/{n}"] = make_value(f"k/{n}", 1, 64 * 1024)
+                written.append(f"k/{n}")
+                if n % 10 == 9:
+                    store.flush()
+        doomed = written[::2]
+        store.delitems(doomed)
+        again = []
+        with pytest.raises(StoreFullError, match="the disk is full"):
+            for n in range(len(doomed) + 1):
+                store[f"again/{n}"] = make_value(f"again/{n}", 2, 64 * 1024)
+                again.append(f"again/{n}")
+        assert len(again) >= 0.95 * len(doomed), (len(again), len(doomed))
+        store.close()  # the last directory still fits: every write is saved
+        with zipfile.ZipFile(path) as archive:
+            assert archive.testzip() is None
+        with ZipStore(path, mode="r") as reader:
+            expected = {key: 1 for key in written[1::2]} | {key: 2 for key in again}
+            assert sorted(reader) == sorted(expected)
+            check_acknowledged(reader, expected)
+
+
 def test_a_stored_set_writes_the_value_without_copying_it(tmp_path):
     """A 16 MiB set goes to the file as it is: no scratch archive holding copies.
 
@@ -580,3 +620,249 @@ def test_reads_in_threads_reach_the_disk_together(tmp_path):
     assert done_first, "the second read waited for the first one"
     assert other == [b"b" * 10] and slow_outcome == [b"a" * 5000]
     store.close()
+
+
+# ------------------------------------------------- a reader beside a writer process
+def _writer(path, **options) -> WriterProcess:
+    return WriterProcess(f"zstores.ZipStore({str(path)!r})", **options)
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_a_reader_opened_before_a_writer_rewrites_sees_each_flush(tmp_path, compression):
+    """Each round deletes, rewrites in new sizes and rewrites again into the space the
+    first rewrite left dead (an older directory's members): the reader, opened before,
+    reads the directory again and serves every new value, whole and in ranges."""
+    path = tmp_path / "data.zip"
+    code = f"zstores.ZipStore({str(path)!r}, compression={compression})"
+    with WriterProcess(code) as writer:
+        with ZipStore(path, mode="r") as reader:
+            check_sees(reader, writer.visible, writer.keys)
+            for _ in range(6):
+                check_sees(reader, writer.round(), writer.keys)
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None
+
+
+def test_a_reader_sees_the_archive_a_closing_writer_moved_in_place(tmp_path):
+    """close() compacts by moving a new archive over the old one: readers follow it."""
+    path = tmp_path / "data.zip"
+    with ZipStore(path, mode="w") as store:
+        store.update({f"k{i}": make_value(f"k{i}", 0, 50_000) for i in range(12)})
+    reader = ZipStore(path, mode="r")
+    inode = os.stat(path).st_ino
+    with ZipStore(path) as store:  # most of the archive dead: close() compacts
+        store.update({f"k{i}": make_value(f"k{i}", 1, 60_000) for i in range(12)})
+    assert os.stat(path).st_ino != inode
+    check_sees(reader, {f"k{i}": 1 for i in range(12)}, 12)
+    reader.close()
+
+
+class _PausedReads(ZipStore):
+    """A reader whose next read of ``pause_key`` stops inside its pread until ``go``."""
+
+    pause_key: str | None = None
+
+    coarse_clock = False
+
+    def _pread(self, offset: int, size: int, key: str) -> bytes:
+        if key == self.pause_key and size > 100:  # the value, not its local header
+            self.pause_key = None
+            self.reading.set()
+            assert self.go.wait(60)
+        return super()._pread(offset, size, key)
+
+    def _current_stamp(self) -> tuple[int, ...]:
+        if self.coarse_clock:
+            # As if every change of the writer fell within the timestamp's tick and
+            # left the size as it was: only the checks of the bytes are left.
+            return self._stamp
+        return super()._current_stamp()
+
+
+@pytest.mark.parametrize("coarse_clock", [False, True], ids=["", "coarse-clock"])
+@pytest.mark.parametrize("how", ["whole", "range"])
+def test_a_read_the_writer_overtakes_returns_one_whole_version(tmp_path, how, coarse_clock):
+    """A read stopped inside its pread while a whole writer round runs (the member's
+    space given to other values): the old value, or, its bytes gone, the new one read
+    again; never the bytes now there.  With a clock too coarse to show the change, the
+    CRC-32 (whole) or the local header read again (range) still catches it."""
+    path = tmp_path / "data.zip"
+    outcomes = []
+    with _writer(path) as writer:
+        reader = _PausedReads(path, mode="r")
+        reader.coarse_clock = coarse_clock
+        for round_number in range(1, 10):
+            before = dict(writer.visible)
+            key = sorted(before)[round_number % len(before)]
+            reader.reading, reader.go = threading.Event(), threading.Event()
+            if coarse_clock:  # the reader's directory as of now: it cannot see changes
+                with reader._lock:
+                    reader._refresh_reader(force=True)
+            reader.pause_key = key
+            result: list = []
+
+            def read(key=key, result=result):
+                try:
+                    if how == "whole":
+                        result.append(reader[key])
+                    else:
+                        result.append(reader.get_range(key, 0, 400))
+                except Exception as error:  # noqa: BLE001 - looked at below
+                    result.append(error)
+
+            thread = threading.Thread(target=read)
+            thread.start()
+            assert reader.reading.wait(30)
+            after = writer.round()  # runs to completion while the read waits
+            reader.go.set()
+            thread.join(60)
+            outcome = result[0]
+            if isinstance(outcome, KeyError):
+                assert key not in after
+                outcomes.append("missing")
+                continue
+            assert not isinstance(outcome, Exception), outcome
+            serial = int(outcome.split(b"|")[1])
+            assert serial in (before[key], after.get(key))
+            expected = make_value(key, serial, max(len(outcome), 400))
+            if how == "whole":
+                assert check_value(key, outcome) == serial
+            else:
+                assert outcome == expected[:400]
+            outcomes.append("old" if serial == before[key] else "new")
+        reader.close()
+    # The rounds give some paused member's space to other values: read again, new.
+    assert "new" in outcomes, outcomes
+
+
+def test_readers_beside_a_busy_writer_never_get_wrong_bytes(tmp_path):
+    """The stress variant: 40 rounds run on their own while this process reads."""
+    path = tmp_path / "data.zip"
+    seen = {"value": 0, "missing": 0, "stale": 0}
+    with _writer(path, keys=8) as writer:
+        reader = ZipStore(path, mode="r")
+        done = threading.Event()
+        writer.run_rounds(40)
+        waiter = threading.Thread(target=lambda: (writer.wait(), done.set()))
+        waiter.start()
+        reads = 0
+        while not done.is_set() and reads < 200_000:
+            key = f"k{reads % 8}"
+            seen[check_read(key, lambda key=key: reader[key])] += 1
+            seen[check_read(key, lambda key=key: _prefix(reader, key))] += 1
+            reads += 1
+        waiter.join()
+        check_sees(reader, writer.visible, writer.keys)
+        reader.close()
+    assert seen["value"] > 0, seen
+
+
+def _prefix(reader, key):
+    """The first 200 bytes of ``key`` (a range read), checked; every value is longer."""
+    head = reader.get_range(key, 0, 200)
+    serial = int(head.split(b"|")[1])
+    assert head == make_value(key, serial, 200), f"range of {key!r} is wrong bytes"
+    return head
+
+
+class _OvertakenEveryTime(ZipStore):
+    """A reader whose every pread of the value lets ``writer`` give its space away first."""
+
+    writer: ZipStore | None = None
+    rounds = 0
+
+    def _pread(self, offset: int, size: int, key: str) -> bytes:
+        if self.writer is not None and size > 100:
+            self.rounds += 1
+            self.writer[key] = make_value(key, 10 + self.rounds, 9_000)  # appended
+            self.writer.flush()  # the old value's space is dead now, and the only gap
+            filler = f"filler{self.rounds}"  # where this fits: it goes there
+            self.writer[filler] = make_value(filler, 1, 5_000)
+            self.writer.flush()
+        return super()._pread(offset, size, key)
+
+
+def test_a_read_overtaken_at_every_attempt_raises_stale_store_error(tmp_path):
+    """A writer that gives the member's space away during each of the 4 attempts: one
+    StaleStoreError (ESTALE) naming the store and key, never the bytes now there."""
+    path = tmp_path / "data.zip"
+    writer = ZipStore(path, mode="w")
+    writer["k"] = make_value("k", 1, 9_000)
+    writer.flush()
+    reader = _OvertakenEveryTime(path, mode="r")
+    reader.writer = writer
+    with pytest.raises(StaleStoreError) as caught:
+        reader["k"]
+    assert caught.value.errno == errno.ESTALE and reader.rounds == 4
+    assert repr(reader) in str(caught.value) and "'k'" in str(caught.value)
+    reader.writer = None
+    assert check_value("k", reader["k"]) == 14  # the writer done: the newest value
+    reader.close()
+    writer.close()
+
+
+_FULL_DISK_ROUNDS = r"""
+import sys
+sys.path.insert(0, sys.argv[2])
+from full_disk import make_value
+import zstores
+from zstores.errors import StoreFullError
+
+store = zstores.ZipStore(sys.argv[1], mode="w")
+n = 0
+try:
+    while True:
+        store[f"k/{n}"] = make_value(f"k/{n}", 1, 30_000 + (n % 7) * 5_000)
+        n += 1
+        if n % 5 == 0:
+            store.flush()
+except StoreFullError:
+    pass
+for round_number in range(3):
+    store.delitems(sorted(store)[round_number % 2::2])
+    m = 0
+    try:
+        while True:
+            key = f"r{round_number}/{m}"
+            store[key] = make_value(key, 2, 30_000 + (m % 5) * 7_000)
+            m += 1
+            if m % 7 == 0:
+                store.flush()
+    except StoreFullError:
+        pass
+    print(round_number, n, m, flush=True)
+    store.flush()
+store.close()
+"""
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "ext4"])
+def test_a_reader_beside_a_writer_on_a_full_disk_never_gets_wrong_bytes(kind):
+    """A writer process fills the disk, then three times deletes half its keys and
+    writes until the disk is full again (directories written into dead gaps or over
+    the old one, members moved to gather space), while this process reads: every
+    value whole (or missing), every flush saved, the archive whole at the end."""
+    with small_filesystem(16, kind) as fs:
+        path = fs / "data.zip"
+        with ZipStore(path, mode="w") as store:
+            store["seed"] = make_value("seed", 0, 1000)
+        writer = subprocess.Popen(
+            [sys.executable, "-c", _FULL_DISK_ROUNDS, str(path), str(Path(__file__).parent)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        reader = ZipStore(path, mode="r")
+        seen = {"value": 0, "missing": 0, "stale": 0}
+        while writer.poll() is None:
+            for key in list(reader)[-20:]:
+                seen[check_read(key, lambda key=key: reader[key])] += 1
+                seen[check_read(key, lambda key=key: _prefix(reader, key))] += 1
+        out, err = writer.communicate()
+        assert writer.returncode == 0, err[-3000:]
+        rounds = [line.split() for line in out.splitlines()]
+        assert [int(r[0]) for r in rounds] == [0, 1, 2]
+        assert all(int(r[2]) > 0.8 * int(r[1]) / 2 for r in rounds), rounds  # most room reused
+        for key in reader:
+            check_value(key, reader[key])
+        reader.close()
+        with zipfile.ZipFile(path) as archive:
+            assert archive.testzip() is None
+    assert seen["value"] > 0, seen

@@ -102,6 +102,28 @@ class StoreFullError(StoreIOError):
     default_errno = _errno.ENOSPC
 
 
+class StaleStoreError(StoreIOError):
+    """Another process changed a single-writer file (Zip, DBM) under this reader.
+
+    A ``ZipStore`` or ``DBMStore`` (``dbm.dumb``) opened with mode ``"r"``
+    notices when the writer changes the file and reads its directory or index
+    again, so it serves the new values; this error is raised only when the
+    file kept changing through several attempts at one read (a writer busy
+    rewriting exactly what is being read).  No wrong bytes were returned.
+    Retry the read, or, for a value that must not change while it is read,
+    coordinate with the writer (close it, or open the store after it has
+    closed).  ``errno`` is ``ESTALE``; the message names the store and key.
+
+    Examples
+    --------
+    >>> error = StaleStoreError("ZipStore('x.zip'): 'a' kept changing while read")
+    >>> isinstance(error, OSError), error.errno == _errno.ESTALE
+    (True, True)
+    """
+
+    default_errno = _errno.ESTALE
+
+
 class CorruptValueError(StoreIOError):
     """A stored value or the backend's file is damaged (a checksum or structure check failed)."""
 
@@ -164,7 +186,12 @@ class LeaseExpiredError(ZStoresError, RuntimeError):
 
 
 class StoreLockedError(ZStoresError, BlockingIOError):
-    """Another process has this single-writer store open for writing."""
+    """Another process has this single-writer store open for writing.
+
+    For ``DBMStore`` on ``dbm.gnu`` and ``dbm.ndbm``, whose files cannot be
+    read beside a writer, also: a writer was asked for while readers have the
+    database open, or a reader while a writer has it.
+    """
 
 
 def _with_errno(code: int, args: tuple[object, ...]) -> tuple[object, ...]:

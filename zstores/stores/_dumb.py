@@ -21,19 +21,30 @@ with these rules:
 - space is reused only once no index on disk refers to it (after a sync).
 
 At every moment, ``dbm.dumb.open`` reads the files as the state before or
-after the operation under way.  The module uses ``dbm.dumb``'s own object
-for opening, listing and its in-memory index (``_index``), and never lets it
-write (``_modified`` stays False).
+after the operation under way.
+
+A reader (``writable=False``) may sit beside a writer in another process,
+which gives the space of replaced and deleted values to new ones.  After
+each read it compares ``.dir``'s stat with the one its index was read at:
+space an index line on disk still refers to is never reused, so a value
+whose ``.dir`` did not change from the reading of the index to the end of
+the read is whole, and the newest.  If it changed, the reader reads the new
+lines (``.dir`` only grows, or is replaced whole) and the value again.
+
+The module uses ``dbm.dumb``'s own object for opening, listing and its
+in-memory index (``_index``), and never lets it write (``_modified`` stays
+False).
 """
 
 from __future__ import annotations
 
+import ast
 import errno
 import os
 import tempfile
 from typing import Any
 
-__all__ = ["DumbFiles", "is_dumb"]
+__all__ = ["DumbFiles", "Stale", "is_dumb"]
 
 #: dbm.dumb aligns every value to this many bytes.
 BLOCK = 512
@@ -43,6 +54,9 @@ _RESERVE_MARGIN = 8 * 1024
 # Room kept for an index line when a write goes ahead without the reserve.
 _LINE_ROOM = 1024
 _FULL = (errno.ENOSPC, errno.EDQUOT)
+# A reader tries a read this many times (reading the index again in between)
+# before it says the database kept changing under it.
+_READ_ATTEMPTS = 4
 
 
 def is_dumb(db: Any) -> bool:
@@ -110,7 +124,17 @@ class DumbFiles:
         self._free: list[list[int]] | None = None  # gaps in .dat no index refers to
         self._pending: list[tuple[int, int]] = []  # freed, reusable after the next sync
         self._lines = 0  # lines in .dir, to know when rewriting it is worth it
+        # Readers: .dir's stat when the index was read, and how far (see refresh).
+        # dbm.dumb read .dir before any stat was taken: a reader reads it again.
+        self._dir_stamp: tuple[int, ...] | None = None
+        self._dir_read_to = 0
+        self._dir_fd: int | None = None  # readers: the .dir read, kept open (see _read_dir)
         if not writable:
+            try:
+                self.refresh()
+            except BaseException:
+                self.close_files()
+                raise
             return
         try:
             dat_size = os.fstat(self._dat).st_size
@@ -128,8 +152,30 @@ class DumbFiles:
 
     # -------------------------------------------------------------- reading
     def read(self, raw: bytes) -> bytes:
-        """The value of ``raw``; KeyError if missing, ShortValue if ``.dat`` is cut."""
-        position, size = self.index[raw]
+        """The value of ``raw``; KeyError if missing, ShortValue if ``.dat`` is cut.
+
+        A reader compares ``.dir``'s stat after the read (one stat a read):
+        unchanged since the index was read, the value is whole and the newest;
+        changed, it reads the new index and the value again, and raises
+        ``Stale`` if ``.dir`` changed during each attempt.
+        """
+        if self._writable:
+            return self._read_at(*self.index[raw])
+        for attempt in range(_READ_ATTEMPTS):
+            if attempt:
+                self.refresh()
+            stamp = self._dir_stamp
+            try:
+                value, failure = self._read_at(*self.index[raw]), None
+            except (KeyError, ShortValue) as error:
+                value, failure = b"", error
+            if _stamp_of(self._dir_path) == stamp:
+                if failure is not None:
+                    raise failure
+                return value
+        raise Stale(f"its index changed during each of {_READ_ATTEMPTS} attempts")
+
+    def _read_at(self, position: int, size: int) -> bytes:
         value = os.pread(self._dat, size, position)
         while len(value) < size:
             more = os.pread(self._dat, size - len(value), position + len(value))
@@ -137,6 +183,70 @@ class DumbFiles:
                 raise ShortValue(f".dat ends {size - len(value)} bytes inside the value")
             value += more
         return value
+
+    def refresh(self) -> None:
+        """A reader's index, brought up to ``.dir`` as it is now (nothing for a writer).
+
+        ``.dir`` is appended to in place, or replaced whole (``os.replace``);
+        ``.dat`` is replaced only when the database is made anew.
+        """
+        if self._writable:
+            return
+        for _ in range(_READ_ATTEMPTS):
+            stamp = _stamp_of(self._dir_path)
+            if stamp == self._dir_stamp:
+                return
+            try:
+                self._read_dir(stamp)
+            except _Moved:
+                continue  # replaced while being read: again
+            return
+        raise Stale(f"its index was replaced during each of {_READ_ATTEMPTS} attempts")
+
+    def _read_dir(self, stamp: tuple[int, ...]) -> None:
+        """Read the lines of ``.dir`` not read yet (all of them if it was replaced).
+
+        The reader keeps the ``.dir`` it read open: while it does, no new file
+        can have its inode number, so the same number means the same file,
+        appended to.
+        """
+        same_file = self._dir_fd is not None and stamp[:2] == _identity(
+            os.fstat(self._dir_fd)) and stamp[2] >= self._dir_read_to
+        if same_file:
+            start, data = self._dir_read_to, _read_from(self._dir_fd, self._dir_read_to)
+        else:
+            start, fd = 0, None
+            if stamp:  # else no .dir (being made anew): an empty database
+                try:
+                    fd = os.open(self._dir_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                except FileNotFoundError:
+                    raise _Moved from None
+                if _identity(os.fstat(fd)) != stamp[:2]:
+                    os.close(fd)
+                    raise _Moved
+            data = _read_from(fd, 0) if fd is not None else b""
+            if self._dir_fd is not None:
+                os.close(self._dir_fd)
+            self._dir_fd = fd
+        complete = data.rfind(b"\n") + 1  # a line being appended is read next time
+        entries = _parse_lines(data[:complete])
+        if not same_file:
+            self._reopen_dat()
+            self.index.clear()
+        self.index.update(entries)
+        self._dir_read_to = start + complete
+        self._dir_stamp = stamp
+
+    def _reopen_dat(self) -> None:
+        """A reader's ``.dat`` descriptor on the file now at its path (made anew by a writer)."""
+        try:
+            now = _identity(os.stat(self._dat_path))
+        except FileNotFoundError:
+            return
+        if now != _identity(os.fstat(self._dat)):
+            fd = os.open(self._dat_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            os.close(self._dat)
+            self._dat = fd
 
     # -------------------------------------------------------------- writing
     def write(self, raw: bytes, value: bytes) -> None:
@@ -230,10 +340,10 @@ class DumbFiles:
 
     def close_files(self) -> None:
         """Close the descriptors and the dbm.dumb object without syncing."""
-        for fd in (self._dat, self._dir):
+        for fd in (self._dat, self._dir, self._dir_fd):
             if fd is not None:
                 os.close(fd)
-        self._dat = self._dir = None  # type: ignore[assignment]
+        self._dat = self._dir = self._dir_fd = None  # type: ignore[assignment]
         self.db._modified = False  # dbm.dumb must not rewrite .dir behind us
         self.db.close()
 
@@ -369,6 +479,58 @@ class DumbFiles:
 
 class ShortValue(Exception):
     """``.dat`` ends before a value its index names: the file was cut or damaged."""
+
+
+class Stale(Exception):
+    """A reader's database kept changing under a read (the caller says which store)."""
+
+
+class _Moved(Exception):
+    """``.dir`` was replaced between its stat and its opening."""
+
+
+def _identity(info: os.stat_result) -> tuple[int, int]:
+    return (info.st_dev, info.st_ino)
+
+
+def _stamp_of(path: str) -> tuple[int, ...]:
+    """What changes when ``path`` is appended to or replaced; empty if it is missing."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return ()
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _read_from(fd: int, start: int) -> bytes:
+    chunks = []
+    while chunk := os.pread(fd, 1 << 20, start):
+        chunks.append(chunk)
+        start += len(chunk)
+    return b"".join(chunks)
+
+
+def _parse_lines(data: bytes) -> dict[bytes, tuple[int, int]]:
+    """Index lines as ``dbm.dumb`` reads them (``'key', (position, size)``), quickly.
+
+    A key without quotes or backslashes in its repr is cut out directly; any
+    other line goes through ``ast.literal_eval``, as in ``dbm.dumb``.
+    """
+    entries = {}
+    for line in data.decode("Latin-1").splitlines():
+        line = line.rstrip()
+        if not line:
+            continue
+        key_repr, _, numbers = line.rpartition(", (")
+        quote = key_repr[:1]
+        if quote in ("'", '"') and key_repr[-1:] == quote and "\\" not in key_repr \
+                and quote not in key_repr[1:-1] and numbers.endswith(")"):
+            position, _, size = numbers[:-1].partition(", ")
+            key, pos_size = key_repr[1:-1], (int(position), int(size))
+        else:
+            key, pos_size = ast.literal_eval(line)
+        entries[key.encode("Latin-1")] = pos_size
+    return entries
 
 
 def _regions(pos_sizes: Any) -> list[tuple[int, int]]:

@@ -9,6 +9,11 @@ store for writing gets ``StoreLockedError`` at once instead of corrupting it.
 Handles within one process share the lock (the stores guard their own
 threads), and a process that dies releases it.
 
+``DBMStore`` readers of the flavours that cannot be read beside a writer
+(``dbm.gnu``, ``dbm.ndbm``) hold a shared ``flock`` on the same file
+(``ReaderLock``): a writer is then refused while they are open, and they
+while a writer is, as gdbm does itself.
+
 Where ``flock`` is missing (Windows) or the file system refuses it (some
 network file systems), the lock is skipped: the limitation then stands as
 documented by the store's ``supports_process_writers = False``.
@@ -28,7 +33,13 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LockedConditionalWrites", "WriterLock", "writer_lock"]
+__all__ = ["LockedConditionalWrites", "ReaderLock", "WriterLock", "reader_lock", "writer_lock"]
+
+#: What a refused writer is told by default (Zip): one writer process at a time.
+_ONE_WRITER = (
+    "allows one writer process at a time (close it there first, or open it here with "
+    "mode='r' once the writer has closed it)"
+)
 
 # flock errors that mean "this file system cannot lock", not "someone holds it".
 _CANNOT_LOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
@@ -73,6 +84,8 @@ class WriterLock:
         How the error names the store, e.g. ``"ZipStore"``.
     create_new : bool
         Fail with ``FileExistsError`` if ``path`` exists (for mode ``"w-"``).
+    busy : str
+        What the error says after the store's name when the lock is taken.
 
     Raises
     ------
@@ -88,7 +101,8 @@ class WriterLock:
     >>> again.release(); lock.release()
     """
 
-    def __init__(self, path: str, store: str, *, create_new: bool = False) -> None:
+    def __init__(self, path: str, store: str, *, create_new: bool = False,
+                 busy: str = _ONE_WRITER) -> None:
         self.path = path
         self._key: tuple[int, int] | None = None
         if fcntl is None:
@@ -103,7 +117,7 @@ class WriterLock:
                 os.close(fd)  # flock belongs to the first descriptor: closing this one keeps it
                 held.users += 1
             else:
-                _HELD[key] = _Held(_lock(fd, path, store))
+                _HELD[key] = _Held(_lock(fd, path, store, busy))
             self._key = key
 
     def release(self) -> None:
@@ -122,17 +136,64 @@ class WriterLock:
                     os.close(held.fd)
 
 
-def _lock(fd: int, path: str, store: str) -> int | None:
-    """Lock ``fd`` exclusively; return it, or None (and close it) if the file system cannot."""
+class ReaderLock:
+    """A shared lock on ``path`` held by one reader handle, released by ``release()``.
+
+    Taken by readers of stores whose files cannot be read beside a writer:
+    it makes a writer's ``WriterLock`` fail, and fails while one is held.
+
+    Raises
+    ------
+    StoreLockedError
+        If a writer (in this process or another) holds the file.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "data.lock")
+    >>> WriterLock(path, "DBMStore").release()  # a writer made the file
+    >>> first, second = ReaderLock(path, "DBMStore"), ReaderLock(path, "DBMStore")
+    >>> try:
+    ...     WriterLock(path, "DBMStore")
+    ... except StoreLockedError:
+    ...     print("refused")
+    refused
+    >>> first.release(); second.release()
+    """
+
+    def __init__(self, path: str, store: str, *, busy: str = _ONE_WRITER) -> None:
+        self.path = path
+        self._fd: int | None = None
+        if fcntl is None:
+            return
+        try:
+            # Never created: mode "r" leaves no new files.  A writer creates it
+            # (WriterLock) and leaves it; gdbm's own lock covers a database
+            # written by other programs.
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return
+        self._fd = _lock(fd, path, store, busy, shared=True)
+
+    def release(self) -> None:
+        """Give up the shared lock."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def _lock(fd: int, path: str, store: str, busy: str = _ONE_WRITER, *,
+          shared: bool = False) -> int | None:
+    """Lock ``fd`` (exclusively, or ``shared``); return it, or None (and close it) if the
+    file system cannot."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise StoreLockedError(
-            f"{path!r} is open for writing in another process: {store} allows one writer "
-            "process at a time (close it there first, or open it here with mode='r' once "
-            "the writer has closed it)"
-        ) from None
+        holder = "open for writing" if shared else "open in another process or handle"
+        if busy == _ONE_WRITER:
+            holder = "open for writing in another process"
+        raise StoreLockedError(f"{path!r} is {holder}: {store} {busy}") from None
     except OSError as error:
         os.close(fd)
         if error.errno in _CANNOT_LOCK:
@@ -141,11 +202,17 @@ def _lock(fd: int, path: str, store: str) -> int | None:
     return fd
 
 
-def writer_lock(path: str, store: Any, mode: str, *, create_new: bool = False) -> WriterLock | None:
+def writer_lock(path: str, store: Any, mode: str, *, create_new: bool = False,
+                busy: str = _ONE_WRITER) -> WriterLock | None:
     """The lock a store opened with ``mode`` must hold: none for readers."""
     if mode == "r":
         return None
-    return WriterLock(path, type(store).__name__, create_new=create_new)
+    return WriterLock(path, type(store).__name__, create_new=create_new, busy=busy)
+
+
+def reader_lock(path: str, store: Any, *, busy: str = _ONE_WRITER) -> ReaderLock:
+    """The shared lock a reader holds where it cannot be served beside a writer."""
+    return ReaderLock(path, type(store).__name__, busy=busy)
 
 
 class LockedConditionalWrites:

@@ -19,18 +19,25 @@ from typing import Any
 from ..base import Buffer, Mode, Store
 from ..errors import (
     CorruptValueError,
+    StaleStoreError,
     StoreFullError,
     StoreIOError,
+    StoreLockedError,
     UnsupportedOperationError,
     ZStoresError,
 )
-from ._dumb import DumbFiles, ShortValue, is_dumb
-from ._single_writer import LockedConditionalWrites, writer_lock
+from ._dumb import DumbFiles, ShortValue, Stale, is_dumb
+from ._single_writer import LockedConditionalWrites, reader_lock, writer_lock
 
 __all__ = ["DBMStore", "open_existing_or_dumb"]
 
 # The dbm flag for each store mode; "w-" has checked that nothing exists.
 _FLAGS = {"r": "r", "r+": "w", "a": "c", "w": "n", "w-": "c"}
+# Flavours whose readers are served beside a writer: dbm.dumb (DumbFiles reads
+# the index again when it changes) and dbm.sqlite3 (SQLite's own locking).
+# Readers of any other flavour (gdbm, Berkeley DB's ndbm) and its writer
+# exclude each other: a shared lock on the writer's lock file.
+_READ_BESIDE_WRITER = {"dbm.dumb", "dbm.sqlite3"}
 
 
 def open_existing_or_dumb(path: str, flag: str = "r", mode: int = 0o666) -> Any:
@@ -100,6 +107,19 @@ class DBMStore(LockedConditionalWrites, Store):
     committed value, though a delete needs room for SQLite's log.  Where a
     disk may fill up, prefer ``dbm.dumb`` (or ``SQLiteStore``).
 
+    **Readers beside a writer.**  A ``dbm.dumb`` reader (mode ``"r"``, in
+    another process or handle) sees every write when it returns: it compares
+    the index file's stat after each read and, if the writer changed it, reads
+    the new index lines (or the whole index after a delete) and the value
+    again, so it never returns bytes the writer has since given to another
+    value; ``StaleStoreError`` if the index changed during each of four
+    attempts.  ``dbm.gnu`` and ``dbm.ndbm`` files cannot be read while a
+    writer changes them (Berkeley DB's readers saw stale values and no keys),
+    so their readers hold a shared lock on ``path + ".lock"``: a writer is
+    refused while readers are open and a reader while a writer is
+    (``StoreLockedError``; several readers may share).  ``dbm.sqlite3``
+    readers rely on SQLite's own locking.
+
     Every failure of the backend is typed: a full disk raises
     ``StoreFullError`` (``errno`` ``ENOSPC``; for ``dbm.ndbm``, which reports
     no errno, when the disk has less than 1 MiB free), a damaged file
@@ -164,10 +184,13 @@ class DBMStore(LockedConditionalWrites, Store):
         self._lock = threading.RLock()
         self._owner: ThreadPoolExecutor | None = None
         self._files: DumbFiles | None = None
-        self._check_existence(dbm.whichdb(self._path) is not None)
+        flavour = dbm.whichdb(self._path)
+        self._check_existence(flavour is not None)
         # No flavour coordinates writer processes: a second one must fail
         # before flag "n" empties the database under the first.
-        self._writer = writer_lock(self._path + ".lock", self, self._mode)
+        self._writer = writer_lock(self._path + ".lock", self, self._mode, busy=_BUSY)
+        if self._mode == "r" and flavour not in _READ_BESIDE_WRITER:
+            self._writer = reader_lock(self._path + ".lock", self, busy=_BUSY_READER)
         try:
             with self._backend_errors("opening the database"):
                 self._open_db(_FLAGS[self._mode])
@@ -206,13 +229,33 @@ class DBMStore(LockedConditionalWrites, Store):
             yield
         except (KeyError, ZStoresError):
             raise
+        except Stale as error:
+            what = action if key is None else f"{action} {key!r}"
+            raise StaleStoreError(
+                f"{self!r}: {what} failed: another process kept changing the database "
+                f"({error}). Nothing wrong was returned; read it again, or open the store "
+                f"once the writer has closed it"
+            ) from error
         except ShortValue as error:
             raise CorruptValueError(
                 f"{self!r}: the value of {key!r} is damaged: {error}"
             ) from error
         except (OSError, sqlite3.Error) as error:
+            if isinstance(error, OSError) and error.errno in (errno.EAGAIN, errno.EACCES) \
+                    and key is None and action == "opening the database" \
+                    and "unavailable" in str(error).lower():
+                # gdbm's own lock: a writer beside readers, or a reader beside one.
+                raise StoreLockedError(
+                    f"{self!r}: the database is locked by another handle ({error}): "
+                    f"DBMStore {_BUSY_READER}"
+                ) from error
             raise _typed_error(self, action if key is None else f"{action} {key!r}",
                                error) from error
+
+    def _fresh(self) -> None:
+        """A dbm.dumb reader's index brought up to the files (a writer may change them)."""
+        if self._files is not None and self._mode == "r":
+            self._files.refresh()
 
     # ------------------------------------------------------------ primitives
     def _get(self, key: str) -> bytes:
@@ -261,6 +304,7 @@ class DBMStore(LockedConditionalWrites, Store):
 
     def _list_prefix(self, prefix: str) -> Iterable[str]:
         with self._lock, self._backend_errors("listing keys"):
+            self._fresh()
             raw_keys = self._run(_raw_keys, self._db)
         keys = (raw.decode("utf-8") for raw in raw_keys)
         if not prefix:
@@ -270,6 +314,7 @@ class DBMStore(LockedConditionalWrites, Store):
     # ------------------------------------------------------------ fast paths
     def _contains(self, key: str) -> bool:
         with self._lock, self._backend_errors("looking up", key):
+            self._fresh()
             return self._run(_has, self._db, key.encode("utf-8"))
 
     def _get_many(self, keys: list[str]) -> dict[str, bytes]:
@@ -306,7 +351,8 @@ class DBMStore(LockedConditionalWrites, Store):
 
     def _getsize_key(self, key: str) -> int:
         if self._files is not None:
-            with self._lock:
+            with self._lock, self._backend_errors("reading the size of", key):
+                self._fresh()
                 try:
                     return int(self._files.index[key.encode("utf-8")][1])
                 except KeyError:
@@ -322,6 +368,7 @@ class DBMStore(LockedConditionalWrites, Store):
 
     def _len(self) -> int:
         with self._lock, self._backend_errors("counting keys"):
+            self._fresh()
             return self._run(len, self._db)
 
     def _clear(self) -> None:
@@ -367,6 +414,18 @@ class DBMStore(LockedConditionalWrites, Store):
 
 
 # Operations on the dbm object, run in the thread that owns it.
+# What a refused open says, for the flavours whose readers and writer exclude each other.
+_BUSY = (
+    "allows one writer process at a time, and for dbm.gnu and dbm.ndbm no readers beside "
+    "it (close them there first; readers of dbm.dumb may stay open)"
+)
+_BUSY_READER = (
+    "reads dbm.gnu and dbm.ndbm files only while no writer has them open, as they cannot "
+    "be read while a writer changes them (close the writer first, or use dbm.dumb, whose "
+    "readers are served beside a writer)"
+)
+
+
 def _lookup(db: Any, raw: bytes) -> bytes:
     return bytes(db[raw])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bz2
+import copy
 import errno
 import io
 import os
@@ -21,6 +22,7 @@ from typing import Any
 from ..base import Buffer, Mode, Store, _range_stop
 from ..errors import (
     CorruptValueError,
+    StaleStoreError,
     StoreFullError,
     StoreIOError,
     UnsupportedOperationError,
@@ -51,6 +53,13 @@ _MIN_VERSION = {zipfile.ZIP_BZIP2: 46, zipfile.ZIP_LZMA: 63}
 _COMPACT_MIN_DEAD = 64 * 1024
 # errno values that mean "no room": the write is refused, nothing is damaged.
 _FULL = {errno.ENOSPC, errno.EDQUOT}
+# On a full disk, a write gathers dead space with at most this many rounds of
+# moves (each ending with a new directory) before it gives up.
+_GATHER_ROUNDS = 8
+# A reader tries a read this many times (the directory read again in between)
+# before it says the archive kept changing under it (StaleStoreError).
+_READ_ATTEMPTS = 4
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error)
 
 
 def _stored_plain(info: zipfile.ZipInfo) -> bool:
@@ -87,12 +96,33 @@ class ZipStore(LockedConditionalWrites, Store):
     Replaced and deleted members become dead space.  New members reuse the
     dead space of earlier flushes when they fit, and ``close()`` copies the
     live members to a new archive (moved over the old one) once more than a
-    quarter of the file is dead, if the disk has room for the copy.  On a
-    full disk, deleting keys and closing frees their space for later writes
-    even though the file does not shrink; if even the new central directory
-    does not fit after the old one, ``flush()``/``close()`` write it over the
-    old one (the only case where a crash at that moment could leave the
-    archive unreadable).
+    quarter of the file is dead, if the disk has room for the copy.
+
+    **A full disk.**  Deleting keys is enough to write again, though the file
+    does not shrink: a write that finds no room first saves the deletes (as
+    ``flush()`` does), then gathers the dead gaps into one by moving the
+    members nearest the end into the first gaps they fit (each copy goes to
+    space no directory names; then a directory naming the new places), and
+    writes there.  It needs no room beyond the new directory's.  A write is
+    taken only if the directory that saves it still has a place afterwards:
+    room on the file system after it, else the dead gap before the old
+    directory (written there, the file is then cut after it), else over the
+    old one (the one case where a crash at that moment could leave the
+    archive unreadable).  So ``flush()`` and ``close()`` succeed after
+    writes on a full disk.
+
+    **Readers beside a writer.**  A reader (mode ``"r"``, in another process
+    or another handle) sees the archive as the writer last flushed it.  After
+    each read it compares the file's stat (size, times, link count) with the
+    one its directory was read at; if the file changed it reads the newest
+    directory (searching only what was appended since) and reads the value
+    again, so a read returns the newest flushed value.  The bytes are checked
+    as well (the CRC-32 of a whole value; for a range, the member's local
+    header read again after it), so a member whose space the writer has
+    given to another value is never returned.  If the file changes during
+    each of four attempts the last checked value is returned (a whole, older
+    version), or ``StaleStoreError`` if there is none.  After ``close()``
+    compacted the archive, readers follow the new file.
 
     Parameters
     ----------
@@ -115,6 +145,9 @@ class ZipStore(LockedConditionalWrites, Store):
     CorruptValueError
         The file is not a zip archive, or a member is damaged (bad CRC-32,
         header or length); the message names the store and the key.
+    StaleStoreError
+        A reader found the member it read rewritten by a writer process during
+        each of four attempts (``errno`` ``ESTALE``); read it again.
 
     Notes
     -----
@@ -129,7 +162,7 @@ class ZipStore(LockedConditionalWrites, Store):
       writable store holds an exclusive lock (``flock``) on the archive while
       open, so a second process opening it for writing gets
       ``StoreLockedError`` (handles within one process share the lock).
-      Readers see the archive as the writer last flushed it.
+      Readers see the archive as the writer last flushed it (above).
     - ``hierarchical``: False.  Member names are free strings, so ``a`` and
       ``a/b`` can both exist, as zarr-python 2 allowed; tools that extract the
       archive to folders cannot hold both, so avoid that in archives meant for
@@ -186,6 +219,16 @@ class ZipStore(LockedConditionalWrites, Store):
         self._end = 0  # end of the file: the tail, then members not yet flushed
         self._holes: list[list[int]] | None = None  # dead space, found when needed
         self._dirty = False
+        self._dir_growth = 0  # directory bytes the members written since the last commit add
+        self._room = 0  # bytes the file system had free when last asked, less those appended
+        self._block = 4096  # its block size
+        # Readers (mode "r") only: the file as its directory was read (see
+        # _refresh), the directory's bytes, where a newer directory may start,
+        # and each member's local header as first read (see _read_range).
+        self._stamp: tuple[int, ...] = ()
+        self._tail_bytes = b""
+        self._scan_floor = 0
+        self._headers: dict[int, bytes] = {}
 
         exists = os.path.exists(self._path)
         self._check_existence(exists)
@@ -207,7 +250,9 @@ class ZipStore(LockedConditionalWrites, Store):
         try:
             self._fd = os.open(self._path, (os.O_RDWR if writable else os.O_RDONLY)
                                | getattr(os, "O_CLOEXEC", 0))
-            size = os.fstat(self._fd).st_size
+            info = os.fstat(self._fd)
+            size = info.st_size
+            self._stamp = _stamp_of(info)  # before the directory is read: a change after shows
         except OSError as error:
             raise self._io_error("opening the archive", error) from error
         if self._mode in ("w", "w-") or not exists or size == 0:
@@ -216,7 +261,30 @@ class ZipStore(LockedConditionalWrites, Store):
                 self._resize(0)
                 self._commit()
             return
-        self._load_index(size)
+        if writable:
+            self._load_index(size)
+        else:
+            self._load_index_as_reader()
+
+    def _load_index_as_reader(self) -> None:
+        """A reader's first directory: read again if a writer was writing it meanwhile."""
+        failure: CorruptValueError | None = None
+        for _ in range(_READ_ATTEMPTS):
+            if self._stamp[2] == 0:
+                return  # emptied (a writer's mode "w" makes it anew): no keys yet
+            try:
+                self._load_index(self._stamp[2])
+                return
+            except CorruptValueError as error:
+                stamp = self._current_stamp()
+                if stamp == self._stamp:
+                    raise  # the file, unchanged, is not a readable archive
+                failure, self._stamp = error, stamp
+        raise StaleStoreError(
+            f"{self!r}: the archive could not be opened: another process kept rewriting it "
+            f"during {_READ_ATTEMPTS} attempts ({failure}); try again, or open it once the "
+            f"writer has closed it"
+        ) from failure
 
     def _load_index(self, size: int) -> None:
         try:
@@ -252,6 +320,9 @@ class ZipStore(LockedConditionalWrites, Store):
         self._committed = entries
         self._tail = (tail_start, tail_end)
         self._end = size  # new members go after any bytes left past the tail
+        if self._mode == "r":
+            self._tail_bytes = os.pread(self._fd, tail_end - tail_start, tail_start)
+            self._scan_floor = size
 
     def _read_directory(self, size: int) -> tuple[list[zipfile.ZipInfo], int, int]:
         """The entries, start and end of the directory zipfile finds in the first ``size`` bytes."""
@@ -265,12 +336,18 @@ class ZipStore(LockedConditionalWrites, Store):
             end = -1  # zipfile took an end record that does not end the file
         return entries, start, end
 
-    def _last_directory(self, size: int) -> tuple[list[zipfile.ZipInfo], int, int] | None:
-        """The last complete directory of a file with bytes after it (a crashed writer)."""
+    def _last_directory(
+        self, size: int, floor: int = 0,
+    ) -> tuple[list[zipfile.ZipInfo], int, int] | None:
+        """The last complete directory of a file with bytes after it (a crashed writer).
+
+        Only end records from ``floor`` on are looked at (a reader already
+        searched the bytes before it).
+        """
         block = 1 << 20
         stop = size
-        while stop > 0:
-            start = max(stop - block, 0)
+        while stop > floor:
+            start = max(stop - block, floor)
             data = os.pread(self._fd, stop - start + 3, start)
             at = len(data)
             while (at := data.rfind(b"PK\x05\x06", 0, at)) >= 0:
@@ -279,8 +356,7 @@ class ZipStore(LockedConditionalWrites, Store):
                     end = start + at + _END.size + struct.unpack("<H", length)[0]
                     try:
                         entries, tail_start, tail_end = self._read_directory(min(end, size))
-                    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError,
-                            struct.error, OSError):
+                    except (*_ZIP_ERRORS, OSError):
                         continue
                     if tail_end >= 0:
                         return entries, tail_start, tail_end
@@ -289,18 +365,26 @@ class ZipStore(LockedConditionalWrites, Store):
 
     # ------------------------------------------------------------ primitives
     def _get(self, key: str) -> bytes:
+        if self._mode == "r":
+            return self._read_checked(key, None)
         with self._lock:
             info = self._index[key]
-            if _stored_plain(info):
-                # A stored member is its bytes: one pread, without zipfile's
-                # per-open header parsing and buffering (about twice as fast).
-                data = self._pread_unlocked(self._data_offset(info), info.file_size, key)
-            else:
-                raw = self._pread(self._data_offset(info), info.compress_size, key)
-                data = self._decompress(info, raw)
+            data = self._read_whole(info, key)
+        self._check_crc(info, data, key)
+        return data
+
+    def _read_whole(self, info: zipfile.ZipInfo, key: str) -> bytes:
+        """A member's value (its CRC-32 not yet checked); the caller holds the lock."""
+        if _stored_plain(info):
+            # A stored member is its bytes: one pread, without zipfile's
+            # per-open header parsing and buffering (about twice as fast).
+            return self._pread_unlocked(self._data_offset(info), info.file_size, key)
+        raw = self._pread(self._data_offset(info), info.compress_size, key)
+        return self._decompress(info, raw)
+
+    def _check_crc(self, info: zipfile.ZipInfo, data: bytes, key: str) -> None:
         if zlib.crc32(data) != info.CRC:
             raise CorruptValueError(f"{self!r}: bad CRC-32 for member {key!r}: it is damaged")
-        return data
 
     def _set(self, key: str, value: Buffer) -> None:
         with self._lock:
@@ -313,12 +397,16 @@ class ZipStore(LockedConditionalWrites, Store):
 
     def _list_prefix(self, prefix: str) -> Iterable[str]:
         with self._lock:
+            self._refresh_reader()
             if not prefix:
                 return list(self._index)
             return [key for key in self._index if key.startswith(prefix)]
 
     # ------------------------------------------------------------ fast paths
     def _contains(self, key: str) -> bool:
+        if self._mode == "r":
+            with self._lock:
+                self._refresh_reader()
         return key in self._index
 
     def _get_many(self, keys: list[str]) -> dict[str, bytes]:
@@ -335,19 +423,27 @@ class ZipStore(LockedConditionalWrites, Store):
             super()._delete_many(keys)
 
     def _get_range(self, key: str, start: int, length: int | None) -> bytes:
+        if self._mode == "r":
+            return self._read_checked(key, (start, length))
         with self._lock:
             info = self._index[key]
             if not _stored_plain(info):
                 return super()._get_range(key, start, length)
-            size = info.file_size
-            first = start if start >= 0 else max(size + start, 0)
-            stop = size if length is None else min(_range_stop(start, length, size), size)
-            if first >= stop:
-                return b""
-            return self._pread_unlocked(self._data_offset(info) + first, stop - first, key)
+            return self._read_range(info, key, start, length)
+
+    def _read_range(self, info: zipfile.ZipInfo, key: str, start: int,
+                    length: int | None) -> bytes:
+        """Bytes of a stored member; the caller holds the lock."""
+        size = info.file_size
+        first = start if start >= 0 else max(size + start, 0)
+        stop = size if length is None else min(_range_stop(start, length, size), size)
+        if first >= stop:
+            return b""
+        return self._pread_unlocked(self._data_offset(info) + first, stop - first, key)
 
     def _listdir(self, prefix: str) -> Iterable[str]:
         with self._lock:
+            self._refresh_reader()
             keys = [key for key in self._index if key.startswith(prefix)]
         # Names in C-level string calls, no function call per key (the index
         # is a dict in archive order, so every key is looked at once anyway).
@@ -358,16 +454,216 @@ class ZipStore(LockedConditionalWrites, Store):
         return {name.partition("/")[0] for name in names}
 
     def _getsize_key(self, key: str) -> int:
+        if self._mode == "r":
+            with self._lock:
+                self._refresh_reader()
         return self._index[key].file_size
 
     def _getsize_prefix(self, prefix: str) -> int:
         with self._lock:
+            self._refresh_reader()
             return sum(
                 info.file_size for key, info in self._index.items() if key.startswith(prefix)
             )
 
     def _len(self) -> int:
+        if self._mode == "r":
+            with self._lock:
+                self._refresh_reader()
         return len(self._index)
+
+    # ------------------------------------------------------------ readers
+    # A reader (mode "r") may sit beside a writer in another process (or
+    # another handle of this one), which writes new members into space its own
+    # last directory left dead: space an older directory, the reader's, may
+    # still name.  So a reader checks the bytes it read are still the member's
+    # (the CRC-32 for whole values, the local header for ranges: a member
+    # written over this one starts at or before its header, see
+    # _read_range_checked), then compares the file's stat with the one its
+    # directory was read at, and reads the directory and the value again when
+    # they differ.  A file that keeps changing raises StaleStoreError.
+    def _read_checked(self, key: str, window: tuple[int, int | None] | None) -> bytes:
+        """A reader's read of ``key`` (whole, or ``window`` = (start, length)), checked.
+
+        The file's stat is compared after the read, one stat a read: the file
+        unchanged since its directory was read, the value is the newest.
+        Changed, the directory is read again and the read made again; if the
+        file still changes on the last attempt, its checked value (a whole
+        version, if not the newest) is returned.
+        """
+        failure: CorruptValueError | None = None
+        forced = False  # this attempt's directory was read again after a failed check
+        for attempt in range(_READ_ATTEMPTS):
+            outcome: KeyError | CorruptValueError | None = None
+            data = b""
+            with self._lock:
+                if attempt:
+                    self._refresh_reader(force=forced)
+                stamp = self._stamp
+                try:
+                    info = self._index[key]
+                    if window is not None and _stored_plain(info):
+                        data = self._read_range_checked(info, key, *window)
+                    else:  # whole (a compressed member too, cut below)
+                        data = self._read_whole(info, key)
+                except (KeyError, CorruptValueError) as error:
+                    outcome = error
+            if outcome is None and (window is None or not _stored_plain(info)):
+                try:
+                    self._check_crc(info, data, key)
+                except CorruptValueError as error:
+                    outcome = error
+                else:
+                    data = data if window is None else _cut(data, *window)
+            fresh = self._current_stamp() == stamp
+            if isinstance(outcome, CorruptValueError):
+                if fresh and forced:
+                    raise outcome  # read twice as the unchanged file's directory says: damaged
+                failure, forced = outcome, True
+                continue
+            forced = False
+            if fresh or attempt == _READ_ATTEMPTS - 1:
+                if outcome is not None:
+                    raise KeyError(key)
+                return data
+        raise StaleStoreError(
+            f"{self!r}: {key!r} could not be read: another process kept rewriting the "
+            f"archive during {_READ_ATTEMPTS} attempts ({failure}). Nothing wrong was "
+            f"returned; read it again, or open the store once the writer has closed it"
+        ) from failure
+
+    def _read_range_checked(self, info: zipfile.ZipInfo, key: str, start: int,
+                            length: int | None) -> bytes:
+        """A range of a stored member, then its local header read again and compared.
+
+        No checksum covers part of a value.  A writer writes a new member at
+        the start of a dead gap and the next one right after it, so bytes
+        written over this member's data were written over its header first:
+        the header as it was when first read proves the data read before it
+        were this member's.
+        """
+        data = self._read_range(info, key, start, length)
+        expected = self._headers.get(info.header_offset)
+        try:
+            same = expected is not None and os.pread(
+                self._fd, len(expected), info.header_offset) == expected  # type: ignore[arg-type]
+        except OSError as error:
+            raise self._io_error(f"reading {key!r}", error) from error
+        if not same:
+            raise CorruptValueError(
+                f"{self!r}: bad local header for member {key!r}: it is damaged"
+            )
+        return data
+
+    def _refresh_reader(self, force: bool = False) -> None:
+        """A reader's directory, read again if the file changed (or ``force``); lock held."""
+        if self._mode != "r":
+            return
+        failure: CorruptValueError | None = None
+        for _ in range(_READ_ATTEMPTS):
+            stamp = self._current_stamp()
+            if stamp == self._stamp and not force:
+                return
+            self._quiesce()  # reads outside the lock use the descriptor and the index
+            try:
+                if self._replaced():
+                    self._reopen()
+                elif force:
+                    self._scan_floor = 0
+                self._reload_directory()
+                return
+            except CorruptValueError as error:
+                if self._current_stamp() == stamp:
+                    raise  # the file, unchanged, has no readable directory
+                failure, force = error, True  # caught while the writer wrote it: again
+            except OSError as error:
+                raise self._io_error("reading the central directory", error) from error
+        raise StaleStoreError(
+            f"{self!r}: the archive's central directory could not be read: another process "
+            f"kept rewriting it during {_READ_ATTEMPTS} attempts ({failure}); try again, or "
+            f"open the store once the writer has closed it"
+        ) from failure
+
+    def _reopen(self) -> None:
+        """A reader's descriptor on the file now at the path (the writer moved a new one there)."""
+        fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        os.close(self._fd)  # type: ignore[arg-type]
+        self._fd = fd
+        self._stamp = ()
+        self._tail_bytes = b""
+        self._scan_floor = 0
+
+    def _reload_directory(self) -> None:
+        """Read the newest complete directory, from ``_scan_floor`` on; keep ours if none."""
+        info = os.fstat(self._fd)  # type: ignore[arg-type]
+        stamp, size = _stamp_of(info), info.st_size  # the path's stat too: the same file
+        if size < self._scan_floor:  # cut since: a directory may lie before the floor
+            self._scan_floor = 0
+        if size == 0:  # emptied: a writer's mode "w" makes it anew; no keys yet
+            self._index, self._folders, self._committed = {}, [], []
+            self._tail, self._tail_bytes, self._end, self._stamp = (0, 0), b"", 0, stamp
+            self._data_offsets.clear()
+            self._headers.clear()
+            return
+        start, end = self._tail
+        probe = size - _END.size - len(self._comment)
+        found = None
+        keep = False
+        if probe >= 0 and os.pread(self._fd, 4, probe) == b"PK\x05\x06":
+            # The file ends with a directory (the writer has flushed): ours still?
+            keep = size == end and bool(self._tail_bytes) and \
+                os.pread(self._fd, end - start, start) == self._tail_bytes
+            if not keep:
+                try:
+                    found = self._read_directory(size)
+                except _ZIP_ERRORS:
+                    found = None  # written at this moment: search as below
+                if found is not None and found[2] < 0:
+                    found = None  # an end record that does not end the file
+        if not keep and found is None:  # members written after the last directory
+            found = self._last_directory(size, self._scan_floor)
+            if found is None:
+                if self._scan_floor == 0 or not self._tail_bytes:
+                    raise CorruptValueError(
+                        f"{self!r}: {self._path!r} has no readable central directory now"
+                    )
+                keep = True  # nothing newer than ours after what was searched before
+        if found is not None:
+            entries, tail_start, tail_end = found
+            self._index, self._folders = {}, []
+            for entry in entries:
+                if entry.is_dir():
+                    self._folders.append(entry)
+                else:
+                    self._index[entry.filename] = entry
+            self._committed = entries
+            self._tail = (tail_start, tail_end)
+            self._tail_bytes = os.pread(self._fd, tail_end - tail_start, tail_start)
+            self._data_offsets.clear()
+            self._headers.clear()
+        self._end = size
+        # A directory written later ends after what was searched now, unless
+        # the writer cut the file and wrote again: then a check after a read
+        # fails, and the retry searches the whole file (force).
+        self._scan_floor = max(self._tail[1], size - _END.size - len(self._comment) - 3)
+        self._stamp = stamp
+
+    def _current_stamp(self) -> tuple[int, ...]:
+        """The stamp of this handle's file now.
+
+        ``fstat`` of the descriptor, about half the cost of a ``stat`` of the
+        path: a file moved over this one (``close()`` compacting) shows as
+        this one's link count dropping to 0.
+        """
+        return _stamp_of(os.fstat(self._fd))  # type: ignore[arg-type]
+
+    def _replaced(self) -> bool:
+        """Whether another file is at the path now (not if none is: this one is all there is)."""
+        try:
+            now = os.stat(self._path)
+        except OSError:
+            return False
+        return (now.st_dev, now.st_ino) != self._stamp[:2]
 
     def _clear(self) -> None:
         with self._lock:
@@ -383,14 +679,30 @@ class ZipStore(LockedConditionalWrites, Store):
     def _write_member(self, key: str, value: Buffer) -> None:
         info, parts = self._encode_member(key, value)
         size = sum(len(part) for part in parts)
-        offset, appended = self._allocate(size)
+        try:
+            self._place_member(key, info, parts, size)
+        except StoreFullError:
+            if not self._make_room(size):
+                raise
+            self._place_member(key, info, parts, size)
+
+    def _place_member(self, key: str, info: zipfile.ZipInfo, parts: list[Buffer],
+                      size: int) -> None:
+        entry = _CENTRAL.size + 3 * 8 + 4 + len(key.encode("utf-8"))  # its ZIP64 field at most
+        offset, appended = self._allocate(size, entry)
+        directory = self._tail[1] - self._tail[0] + self._dir_growth + entry
+        if appended and not self._directory_fits(directory, size):
+            full = OSError(errno.ENOSPC, "no room for the value and the directory after it")
+            raise self._io_error(f"writing {key!r}", full) from full
         try:
             _pwrite_all(self._fd, parts, offset)
         except OSError as error:
             self._release(offset, size, appended)
             raise self._io_error(f"writing {key!r}", error) from error
+        self._dir_growth += entry
         if appended:
             self._end = offset + size
+            self._room -= self._blocks(size)
         info.header_offset = offset
         self._data_offsets[offset] = offset + size - info.compress_size
         old = self._index.get(key)
@@ -437,20 +749,69 @@ class ZipStore(LockedConditionalWrites, Store):
             f"extensions; open the store with allowZip64=True"
         )
 
-    def _allocate(self, size: int) -> tuple[int, bool]:
+    def _allocate(self, size: int, entry: int = 0) -> tuple[int, bool]:
         """Where ``size`` new bytes go: the first dead gap they fit, or the end.
+
+        ``entry`` is the size of the member's entry in the next directory.
 
         Returns the offset and whether it is at the end of the file.  Gaps are
         dead in the directory on disk, so writing there cannot damage anything
         acknowledged, whatever happens next.
         """
+        directory = self._tail[1] - self._tail[0] + self._dir_growth + entry
         for hole in self._find_holes():
-            if hole[1] - hole[0] >= size:
-                self._quiesce()  # a read of the member that was here may be under way
-                offset = hole[0]
-                hole[0] += size
-                return offset, False
+            room = hole[1] - hole[0]
+            if room < size:
+                continue
+            left = room - size if hole[1] == self._tail[0] else None
+            if not self._directory_fits(directory, 0, left):
+                continue
+            self._quiesce()  # a read of the member that was here may be under way
+            offset = hole[0]
+            hole[0] += size
+            return offset, False
         return self._end, True
+
+    def _directory_fits(self, directory: int, appended: int, gap_left: int | None = None) -> bool:
+        """Whether a directory of ``directory`` bytes still has a place after this write.
+
+        A write is taken only if the directory that saves it can be written
+        afterwards, whatever else fills the disk meanwhile: appended (the file
+        system has room for it after the ``appended`` bytes of this write),
+        else, with nothing appended after the directory on disk, over the old
+        one (no larger) or into the dead gap before it (``gap_left`` bytes of
+        it once this write is in, if it goes there).
+        """
+        if self._room_for((self._blocks(appended) if appended else 0) + self._blocks(directory)):
+            return True
+        if appended or self._end != self._tail[1]:
+            return False
+        start, end = self._tail
+        if start + directory <= -(-end // self._block) * self._block:
+            return True  # over the old one, within the blocks the file has
+        if gap_left is None:
+            gap_left = next((end - start for start, end in self._find_holes()
+                             if end == self._tail[0]), 0)
+        return directory <= gap_left
+
+    def _room_for(self, need: int) -> bool:
+        """Whether the file system has ``need`` bytes free (asked only when the room
+        known from the last time, less what was appended since, may not be enough)."""
+        if need <= self._room:
+            return True
+        try:
+            info = os.fstatvfs(self._fd)  # type: ignore[arg-type]
+        except (OSError, AttributeError):  # AttributeError: Windows has no fstatvfs
+            return True  # cannot tell: the write finds out
+        # f_bavail, also for root: ext4 keeps clusters (2% of a small file
+        # system) that f_bfree counts and no write of data may take.
+        self._room = info.f_bavail * info.f_frsize
+        self._block = max(info.f_frsize, 512)
+        return need <= self._room
+
+    def _blocks(self, size: int) -> int:
+        """The room ``size`` appended bytes may take: whole blocks, and one more (metadata)."""
+        return (-(-size // self._block) + 1) * self._block
 
     def _release(self, offset: int, size: int, appended: bool) -> None:
         """Give back space taken by a write that failed (truncating what it added)."""
@@ -473,6 +834,63 @@ class ZipStore(LockedConditionalWrites, Store):
                 self._end = info.header_offset
             except OSError:
                 pass
+
+    # ------------------------------------------------------------ a full disk
+    # Deleted and replaced members become dead space only once a directory
+    # without them is on disk, and a new member needs one gap it fits whole:
+    # after deletes on a full disk, a write first saves them (as flush() does)
+    # and then gathers the dead gaps into one, before the directory, by moving
+    # the members nearest the end into the first gaps they fit (copies into
+    # space no directory names, then a new directory naming the new places:
+    # the archive is whole at every step).  No room is needed beyond the
+    # directory's, which is written over the old one when nothing else fits.
+    def _make_room(self, size: int) -> bool:
+        """After a full disk: save pending changes and gather dead space; True if ``size`` fits."""
+        try:
+            self._commit()  # deletes since the last flush become dead space
+            return self._gather_dead_space(size)
+        except (StoreIOError, OSError):
+            return False  # not even a directory fits: the write's own error says so
+
+    def _gather_dead_space(self, size: int) -> bool:
+        """Move members toward the start until a gap holds ``size`` bytes; True if one does."""
+        for _ in range(_GATHER_ROUNDS):
+            holes = self._find_holes()
+            if any(end - start >= size for start, end in holes):
+                return True
+            if sum(end - start for start, end in holes) < size:
+                return False  # all the dead space together is too small
+            if not self._move_members_down(holes):
+                return False
+            self._commit()
+        return any(end - start >= size for start, end in self._find_holes())
+
+    def _move_members_down(self, holes: list[list[int]]) -> bool:
+        """Copy the members nearest the end into the first gaps before them; False if none fit.
+
+        The copies go to space the directory on disk does not name; the index
+        then names them (the caller commits), and their old places are dead.
+        """
+        self._quiesce()  # a read of a member that was in a gap may be under way
+        moved = False
+        live = [info for info in self._index.values() if not info.flag_bits & _FLAG_DESCRIPTOR]
+        for info in sorted(live, key=lambda member: member.header_offset, reverse=True):
+            start, end = self._extent(info)
+            hole = next((hole for hole in holes if hole[0] < start
+                         and hole[1] - hole[0] >= end - start), None)
+            if hole is None:
+                continue
+            target = hole[0]
+            _pwrite_all(self._fd, self._pread(start, end - start, info.filename), target)
+            hole[0] += end - start
+            moved_info = copy.copy(info)
+            moved_info.header_offset = target
+            self._data_offsets[target] = target + self._data_offset(info) - start
+            self._index[info.filename] = moved_info
+            self._dirty = moved = True
+        if moved:
+            os.fsync(self._fd)  # the copies are on disk before a directory names them
+        return moved
 
     def _find_holes(self) -> list[list[int]]:
         """The gaps between the members (and tail) of the directory on disk."""
@@ -563,9 +981,35 @@ class ZipStore(LockedConditionalWrites, Store):
                 pass
             if error.errno not in _FULL or self._end != self._tail[1]:
                 raise self._io_error("writing the central directory", error) from error
-            self._commit_in_place(entries, error)
+            if not self._commit_into_gap(entries):
+                self._commit_in_place(entries, error)
             return
+        self._room -= self._blocks(len(tail))
         self._committed_as(entries, (position, position + len(tail)))
+
+    def _commit_into_gap(self, entries: list[zipfile.ZipInfo]) -> bool:
+        """On a full disk: the new directory into the dead gap before the old, then cut the file.
+
+        Until the cut the file still ends with the old directory, so at every
+        moment it is one whole archive; the cut also frees what followed.
+        False if there is no such gap, or the directory does not fit in it.
+        """
+        gap = next((hole for hole in self._find_holes() if hole[1] == self._tail[0]), None)
+        if gap is None:
+            return False
+        tail = _central_directory(entries, gap[0], self._comment)
+        if gap[0] + len(tail) > gap[1]:
+            return False
+        try:
+            self._quiesce()  # a read of a member that was in the gap may be under way
+            _pwrite_all(self._fd, tail, gap[0])
+            os.fsync(self._fd)
+            self._resize(gap[0] + len(tail))
+            os.fsync(self._fd)
+        except OSError as error:
+            raise self._io_error("writing the central directory", error) from error
+        self._committed_as(entries, (gap[0], gap[0] + len(tail)))
+        return True
 
     def _commit_in_place(self, entries: list[zipfile.ZipInfo], full: OSError) -> None:
         """Write the new directory over the old one: the last resort of a full disk.
@@ -601,6 +1045,7 @@ class ZipStore(LockedConditionalWrites, Store):
         self._end = tail[1]
         self._holes = None  # dead space changed: found again when needed
         self._dirty = False
+        self._dir_growth = 0
 
     def _resize(self, size: int) -> None:
         self._quiesce()  # a read of a member past ``size`` may be under way
@@ -620,8 +1065,31 @@ class ZipStore(LockedConditionalWrites, Store):
                 )
             name_length, extra_length = fields[10], fields[11]
             offset = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+            if self._mode == "r":
+                self._headers[info.header_offset] = self._own_header(info, fields, header)
             self._data_offsets[info.header_offset] = offset
         return offset
+
+    def _own_header(self, info: zipfile.ZipInfo, fields: tuple[Any, ...], header: bytes) -> bytes:
+        """A reader's check that a local header is ``info``'s member's; its bytes with the name.
+
+        A stale directory may name space the writer has given to another
+        member (or to a newer value of the same key, even at the same place):
+        the name, flags, CRC-32 and sizes must all be the directory's.
+        """
+        name = self._pread(info.header_offset + _LOCAL_HEADER.size, fields[10], info.filename)
+        same = fields[3] & _FLAG_DESCRIPTOR == info.flag_bits & _FLAG_DESCRIPTOR and (
+            name == info.filename.encode("utf-8")
+            or name.decode("cp437", "replace") == info.filename
+        )
+        if same and not info.flag_bits & _FLAG_DESCRIPTOR:  # else the sizes follow the data
+            same = fields[7] == info.CRC and (fields[8], fields[9]) in (
+                (info.compress_size, info.file_size), (0xFFFFFFFF, 0xFFFFFFFF))
+        if not same:
+            raise CorruptValueError(
+                f"{self!r}: bad local header for member {info.filename!r}: it is damaged"
+            )
+        return header + name
 
     def _pread_unlocked(self, offset: int, size: int, key: str) -> bytes:
         """``_pread``, letting go of the lock meanwhile; the caller holds it, and again after.
@@ -814,6 +1282,20 @@ class ZipStore(LockedConditionalWrites, Store):
     def path(self) -> Path:
         """The archive file."""
         return Path(self._path)
+
+
+def _stamp_of(info: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file is written or replaced (unlinked): checked after each read."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns,
+            info.st_nlink)
+
+
+def _cut(data: bytes, start: int, length: int | None) -> bytes:
+    """``data[start:start + length]`` with ``get_range``'s rules (negative ``start``)."""
+    size = len(data)
+    first = start if start >= 0 else max(size + start, 0)
+    stop = size if length is None else min(_range_stop(start, length, size), size)
+    return data[first:stop] if first < stop else b""
 
 
 class _Window(io.RawIOBase):

@@ -1371,7 +1371,8 @@ class StoreTests:
     def test_set_if_not_exists_keeps_hierarchy_rules(self, store: Store) -> None:
         self.requires_create_if_absent(store)
         if not store.hierarchical:
-            pytest.skip(f"{type(store).__name__} lets a key also be a prefix")
+            pytest.skip(f"{type(store).__name__} declares hierarchical=False: "
+                        "a key may also be a prefix")
         store["h/a/b"] = b"1"
         with pytest.raises(KeyConflictError):
             store.set_if_not_exists("h/a", b"x")  # a prefix of a key
