@@ -71,10 +71,13 @@ class KernelCache:
     ----------
     attr_timeout : float
         The mount's attribute timeout: how long the kernel believes a size.
+    max_keys : int
+        How many keys to remember at most (``len`` of the cache).
     """
 
-    def __init__(self, *, attr_timeout: float) -> None:
+    def __init__(self, *, attr_timeout: float, max_keys: int = _MAX_KEYS) -> None:
         self.attr_timeout = float(attr_timeout)
+        self.max_keys = max_keys
         self._keys: dict[str, _KeyState] = {}
         self._lock = threading.Lock()
 
@@ -82,15 +85,29 @@ class KernelCache:
         keys = self._keys
         state = keys.get(key)
         if state is None:
-            if len(keys) >= _MAX_KEYS:
+            if len(keys) >= self.max_keys:
                 self._forget_idle()
             state = keys[key] = _KeyState()
         return state
 
+    def __len__(self) -> int:
+        return len(self._keys)
+
     def _forget_idle(self) -> None:
-        idle = [key for key, state in self._keys.items() if not state.open]
-        for key in idle[: len(idle) // 2 + 1]:
-            del self._keys[key]
+        # First what the kernel can no longer believe and nobody reads; only
+        # if that is not enough, idle keys whose reported size may still be
+        # believed (a later open of another size there may then read
+        # through the page cache cut at the old size: the rare price of a
+        # bound on memory with more than _MAX_KEYS files stat'ed at once).
+        now = time.monotonic()
+        keys = self._keys
+        stale = [key for key, state in keys.items()
+                 if not state.open and state.reported_until <= now]
+        if len(stale) < len(keys) // 4:
+            stale += [key for key, state in keys.items()
+                      if not state.open and state.reported_until > now][: len(keys) // 2]
+        for key in stale:
+            del keys[key]
 
     def opened(self, key: str, identity: Hashable | None, size: int) -> tuple[bool, bool]:
         """A file of ``key`` opened on a version: ``(keep_cache, direct_io)`` for the kernel.
