@@ -1,0 +1,105 @@
+"""Writer processes of tests/test_fencing.py: a read-modify-write that stops where the test says.
+
+The writer tells the test through a pipe when it reaches the chosen point
+(after its read, or at its first write into the store) and waits there for
+"go"; the test then stops it with SIGSTOP, so the pause (and the stopped
+lease renewals) are placed by the test, not left to timing.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+REGION = slice(0, 10)  # four chunks of 3, the last one only partly
+
+
+class Pause:
+    """Where a writer stops: the first call tells the test and waits for "go".
+
+    Calls from other threads meanwhile (zarr writes chunks in parallel) wait
+    too, so every write of the region happens after the pause.
+    """
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.armed = False
+        self._lock = threading.Lock()
+        self._resumed = threading.Event()
+        self._resumed.set()
+
+    def arm(self) -> None:
+        self._resumed.clear()
+        self.armed = True
+
+    def __call__(self, where: str) -> None:
+        with self._lock:
+            first, self.armed = self.armed, False
+        if first:
+            self.connection.send(where)
+            assert self.connection.recv() == "go"
+            self._resumed.set()
+        self._resumed.wait()
+
+
+def open_store(kind: str, where: Any, pause: Pause | None = None) -> Any:
+    """The data store ``kind`` at ``where``; with ``pause``, one that stops at its first write."""
+    from zstores.stores.lmdb import LMDBStore
+    from zstores.stores.redis import RedisStore
+    from zstores.stores.sqlite import SQLiteStore
+
+    cls = {"sqlite": SQLiteStore, "lmdb": LMDBStore, "redis": RedisStore}[kind]
+    if pause is not None:
+        cls = _pausing(cls, pause)
+    if kind == "redis":
+        url, prefix = where
+        return cls(url, prefix=prefix)
+    return cls(where)
+
+
+def _pausing(cls: type, pause: Pause) -> type:
+    class Pausing(cls):  # type: ignore[misc, valid-type]
+        def _set(self, key: str, value: Any) -> None:
+            pause("write")
+            super()._set(key, value)
+
+        def _set_many(self, items: list[Any]) -> None:
+            pause("write")
+            super()._set_many(items)
+
+        def _commit_changes(self, changes: Any) -> None:
+            pause("write")
+            super()._commit_changes(changes)
+
+    return Pausing
+
+
+def paused_writer(kind: str, where: Any, sync: Any, fenced: bool, pause_at: str,
+                  connection: Any) -> None:
+    """Add 1 to REGION under its locks, stopping after the read or at the write.
+
+    Sends ("done", "") or ("refused", the LeaseExpiredError) at the end.
+    """
+    import zarr
+
+    import zstores
+    from zstores.errors import LeaseExpiredError
+
+    pause = Pause(connection)
+    store = open_store(kind, where, pause)
+    array = zarr.open_array(zstores.zarr_store(store), path="data", mode="r+")
+    proxy = zstores.synchronized(array, sync, fenced=fenced)
+    try:
+        with proxy.locked(REGION):
+            before = np.asarray(proxy[REGION])
+            pause.arm()
+            if pause_at == "read":
+                pause("read")
+            proxy[REGION] = before + 1
+        connection.send(("done", ""))
+    except LeaseExpiredError as error:
+        connection.send(("refused", repr(error)))
+    finally:
+        store.close()
