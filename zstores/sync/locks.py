@@ -539,6 +539,11 @@ _TOKENS = LOCK_SEPARATOR + "tokens"  # the counter of one synchronizer prefix
 # Returns {token, 0} when granted, else {0, the lock's remaining ms}.
 _ACQUIRE = """
 if redis.replicate_commands then redis.replicate_commands() end
+if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+  local token = redis.call('INCR', KEYS[4])  -- free, and nobody waits: take it at once
+  redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. token, 'PX', ARGV[2])
+  return {token, 0}
+end
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
 local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
@@ -582,6 +587,7 @@ _REDIS_MAX_POLL = 0.01  # and at most this long between retries
 #: Renewals per lease: a holder renews after a third of it has passed, so
 #: two renewals in a row can be late or lost before the lease runs out.
 RENEWALS_PER_LEASE = 3
+_WATCHDOG_LINGER = 5.0  # seconds a renewal thread with no lock to renew waits for one
 
 
 class RedisLock:
@@ -606,6 +612,7 @@ class RedisLock:
         self._value = ""
         self._valid_until = 0.0  # time.monotonic() when the lease may have run out
         self._lost: str | None = None  # why the lease is known to be lost
+        self._renewal_failed = False  # the last renewal raised (warned once per streak)
 
     def acquire(self, timeout: float | None = None) -> None:
         """Wait for the lock; ``timeout`` (default: the synchronizer's) bounds the wait.
@@ -667,14 +674,22 @@ class RedisLock:
         """Extend the lease (called by the watchdog); mark the lock lost if that fails."""
         owner = self._owner
         sent = time.monotonic()
+        if sent >= self._valid_until:  # too late: another writer may hold it by now
+            self._lost = (f"no renewal reached {owner._describe()} within its {owner.lease} s "
+                          "lease")
+            return
         try:
             renewed = owner._script(_RENEW_OR_RELEASE, self._keys[:1], self._value,
                                     owner._lease_ms)
         except (ZStoresError, OSError) as error:  # the lease runs out; check() says so
-            logger.warning("could not renew the lease of the Redis lock %r: %s", self.name, error)
+            log = logger.debug if self._renewal_failed else logger.warning
+            self._renewal_failed = True
+            log("could not renew the lease of the Redis lock %r (retrying until it runs "
+                "out): %s", self.name, error)
             return
+        self._renewal_failed = False
         if not renewed:
-            self._lost = "another writer took it after its lease ran out"
+            self._lost = "it was gone from Redis when its holder renewed it"
         elif self._lost is None:
             self._valid_until = sent + owner.lease
 
@@ -736,8 +751,8 @@ class _Watchdog:
     """Renews the leases of the locks a synchronizer holds in this process.
 
     One daemon thread per synchronizer, started with its first lock and
-    ended when it holds none; each lock is renewed once a third of its
-    lease has passed since it was granted or last renewed.
+    ended when it has held none for a few seconds; each lock is renewed once
+    a third of its lease has passed since it was granted or last renewed.
     """
 
     def __init__(self, interval: float) -> None:
@@ -745,6 +760,7 @@ class _Watchdog:
         self._held: dict[int, RedisLock] = {}
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._sleep_until = 0.0  # time.monotonic() the thread sleeps until (0: awake)
         self._pid = os.getpid()
 
     def hold(self, lock: RedisLock) -> None:
@@ -752,6 +768,8 @@ class _Watchdog:
             if self._pid != os.getpid():  # a forked child: the parent's thread is not here
                 self._held, self._thread, self._pid = {}, None, os.getpid()
             self._held[id(lock)] = lock
+            if self._renew_time(lock) < self._sleep_until:
+                self._wake.notify()  # due before the thread wakes: it works out its sleep again
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="zstores-lease-renewal",
                                                 daemon=True)
@@ -760,22 +778,34 @@ class _Watchdog:
     def drop(self, lock: RedisLock) -> None:
         with self._wake:
             self._held.pop(id(lock), None)
-            self._wake.notify()
+
+    def _renew_time(self, lock: RedisLock) -> float:
+        """When ``lock`` is due for renewal: a third of its lease after the last one."""
+        return lock._valid_until - self._interval * (RENEWALS_PER_LEASE - 1)
 
     def _run(self) -> None:
         while True:
             with self._wake:
                 if not self._held:
-                    self._thread = None
-                    return
-                due = min(lock._valid_until for lock in self._held.values())
-                wait = due - self._interval * (RENEWALS_PER_LEASE - 1) - time.monotonic()
+                    # Linger a little: a writer takes and releases locks in a
+                    # row, and a thread started for each would cost more than
+                    # the lock itself.
+                    end = self._sleep_until = time.monotonic() + _WATCHDOG_LINGER
+                    while not self._held and time.monotonic() < end:
+                        self._wake.wait(end - time.monotonic())
+                    if not self._held:
+                        self._thread = None
+                        return
+                    continue
+                self._sleep_until = min(map(self._renew_time, self._held.values()))
+                wait = self._sleep_until - time.monotonic()
                 if wait > 0:
                     self._wake.wait(wait)
                     continue
+                self._sleep_until = 0.0  # awake: hold() need not wake it
                 now = time.monotonic()
-                renew = [lock for lock in self._held.values() if lock._lost is None and
-                         lock._valid_until - self._interval * (RENEWALS_PER_LEASE - 1) <= now]
+                renew = [lock for lock in self._held.values()
+                         if lock._lost is None and self._renew_time(lock) <= now]
                 lost = [key for key, lock in self._held.items() if lock._lost is not None]
                 for key in lost:  # nothing left to renew; check() and release() report it
                     del self._held[key]
@@ -855,8 +885,9 @@ class RedisSynchronizer:
         self.warn_after = _check_warn_after(warn_after)
         self._lease_ms = max(1, round(lease * 1000))
         # A waiter keeps its place while it asks at least this often (it asks
-        # every 10 ms at most; the margin covers a slow scheduler).
-        self._keep_ms = 5000
+        # every 10 ms at most; the margin covers a slow scheduler).  A waiter
+        # that died first in line holds the others up for this long.
+        self._keep_ms = 2000
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
         self._mutex = threading.Lock()
