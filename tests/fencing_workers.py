@@ -103,3 +103,9 @@ def paused_writer(kind: str, where: Any, sync: Any, fenced: bool, pause_at: str,
         connection.send(("refused", repr(error)))
     finally:
         store.close()
+
+
+def take_lock(sync: Any, key: str, connection: Any) -> None:
+    """Take ``sync[key]``, say "held", release it."""
+    with sync[key]:
+        connection.send("held")

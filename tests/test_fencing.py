@@ -30,6 +30,7 @@ from zstores import (
     UnsupportedOperationError,
 )
 from zstores.keys import prefix_of
+from zstores.sync import locks
 from zstores.sync.fencing import FENCE_PREFIX
 
 zarr = pytest.importorskip("zarr")
@@ -193,7 +194,11 @@ def test_warn_after_is_checked_and_pickled(tmp_path, redis_url):
 
 
 # --------------------------------------------------------------- fair Redis locks
-def test_redis_waiters_are_served_in_order_and_a_releaser_queues_behind(redis_url):
+def test_redis_waiters_are_served_in_order_and_a_releaser_queues_behind(redis_url,
+                                                                         monkeypatch):
+    # A released lock waits for the next in line this long (ms): longer than
+    # any stall of a loaded machine, so the order is the queue's alone.
+    monkeypatch.setattr(locks, "_RESERVED_MS", WAIT * 1000)
     sync = RedisSynchronizer(redis_url, prefix=unique("fair") + ":", lease=30, timeout=WAIT)
     client = redis.Redis.from_url(redis_url)
     queue = sync.prefix + "k//queue"
@@ -217,6 +222,29 @@ def test_redis_waiters_are_served_in_order_and_a_releaser_queues_behind(redis_ur
     for thread in threads:
         thread.join(WAIT)
     assert order == ["W", "G", "H"]
+
+
+def test_a_waiter_that_misses_its_turn_lets_the_others_in(redis_url):
+    """The next in line is stopped (SIGSTOP): the lock goes to another asker, not to nobody."""
+    sync = RedisSynchronizer(redis_url, prefix=unique("missed") + ":", lease=30, timeout=WAIT)
+    client = redis.Redis.from_url(redis_url)
+    first = sync["k"]
+    first.acquire()
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    waiter = context.Process(target=workers.take_lock, args=(sync, "k", theirs))
+    waiter.start()
+    theirs.close()
+    try:
+        wait_until(lambda: client.zcard(sync.prefix + "k//queue") == 1, "the waiter to queue")
+        os.kill(waiter.pid, signal.SIGSTOP)
+        first.release()  # kept for the stopped waiter, then free for anyone
+        with sync["k"] as lock:
+            assert lock.token
+    finally:
+        os.kill(waiter.pid, signal.SIGCONT)
+        assert ours.poll(WAIT) and ours.recv() == "held"
+        waiter.join(WAIT)
 
 
 def test_tokens_grow_with_every_grant(redis_url):

@@ -532,18 +532,25 @@ LOCK_SEPARATOR = "//"
 _LOCK, _QUEUE, _ALIVE = "lock", "queue", "waiting"
 _TOKENS = LOCK_SEPARATOR + "tokens"  # the counter of one synchronizer prefix
 
-# Take the lock if it is free and the caller is first in line, else queue it.
-# KEYS: the lock, its queue (waiter -> ticket), its waiters' deadlines
-# (waiter -> server ms), the prefix's token counter.  ARGV: the waiter's id,
-# the lease and how long a waiter that stops asking keeps its place (ms).
-# Returns {token, 0} when granted, else {0, the lock's remaining ms}.
+# Take the lock if it is free, else queue the caller.  A lock released while
+# others wait is not deleted but left as FREE for a moment, reserved for the
+# first in line; only when that one does not come (or a lease ran out) can
+# any asker take it.  KEYS: the lock, its queue (waiter -> ticket), its
+# waiters' deadlines (waiter -> server ms), the prefix's token counter.
+# ARGV: the waiter's id, the lease and how long a waiter that stops asking
+# keeps its place (ms).  Returns {token, 0} when granted, else {0, the
+# caller's place in line (0: next)}.
 _ACQUIRE = """
 if redis.replicate_commands then redis.replicate_commands() end
-if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 0 then
-  local token = redis.call('INCR', KEYS[4])  -- free, and nobody waits: take it at once
+local holder = redis.call('GET', KEYS[1])
+local function grant()
+  local token = redis.call('INCR', KEYS[4])
   redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. token, 'PX', ARGV[2])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
   return {token, 0}
 end
+if not holder then return grant() end
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
 local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
@@ -557,16 +564,12 @@ if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
 end
 local keep = tonumber(ARGV[3])
 redis.call('ZADD', KEYS[3], now + keep, ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[1] then
-  local token = redis.call('INCR', KEYS[4])
-  redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. token, 'PX', ARGV[2])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  return {token, 0}
+if holder == 'FREE' and redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[1] then
+  return grant()
 end
 redis.call('PEXPIRE', KEYS[2], 2 * keep)
 redis.call('PEXPIRE', KEYS[3], 2 * keep)
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('ZRANK', KEYS[2], ARGV[1])}
 """
 # Leave the queue (a waiter that gives up).  KEYS: queue, deadlines.  ARGV: waiter id.
 _LEAVE = """
@@ -574,16 +577,32 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
 """
-# Renew (ARGV[2] = lease ms) or release (ARGV[2] = 0) the lock if the caller
-# still holds it (ARGV[1], its value).  Returns 1 if it did, 0 if the lock is gone.
-_RENEW_OR_RELEASE = """
+# Renew the lease (ARGV[2] ms) if the caller still holds the lock (ARGV[1],
+# its value).  Returns 1 if it did, 0 if the lock is gone or another's.
+_RENEW = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] == '0' then redis.call('DEL', KEYS[1]) else redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+# Release the lock if the caller still holds it: reserved for the next in
+# line for ARGV[2] ms if some writer waits (KEYS[2], the queue), else deleted.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('SET', KEYS[1], 'FREE', 'PX', ARGV[2])
+else
+  redis.call('DEL', KEYS[1])
+end
 return 1
 """
 
+#: Milliseconds a released lock waits for the first in line before any
+#: asker may take it: the next in line asks every half millisecond, so only
+#: a waiter that is not running (paused, swapped out) misses its turn.
+_RESERVED_MS = 50
 _REDIS_POLL = 0.002  # seconds before the first retry on a held Redis lock
 _REDIS_MAX_POLL = 0.01  # and at most this long between retries
+_REDIS_NEXT_POLL = 0.0005  # between the retries of the waiter next in line
 #: Renewals per lease: a holder renews after a third of it has passed, so
 #: two renewals in a row can be late or lost before the lease runs out.
 RENEWALS_PER_LEASE = 3
@@ -617,9 +636,11 @@ class RedisLock:
     def acquire(self, timeout: float | None = None) -> None:
         """Wait for the lock; ``timeout`` (default: the synchronizer's) bounds the wait.
 
-        Waiters are served first come, first served: a waiter gets the lock
-        after the writers that queued before it, unless it stops asking for
-        longer than a few seconds (a paused or dead waiter loses its place).
+        Waiters are served first come, first served: a released lock is
+        kept for the first in line for a moment (50 ms), and a waiter gets
+        the lock after the writers that queued before it.  A waiter that
+        stops asking for 2 s loses its place (a paused or dead one), and one
+        that does not come for its turn within the moment lets any asker in.
         """
         if self.token is not None:
             raise RuntimeError(f"the Redis lock {self.name!r} is already held by this object")
@@ -632,7 +653,7 @@ class RedisLock:
             deadline = _Deadline(seconds)
             while True:
                 sent = time.monotonic()
-                token, _ = owner._script(_ACQUIRE, self._keys, waiter,
+                token, place = owner._script(_ACQUIRE, self._keys, waiter,
                                          owner._lease_ms, owner._keep_ms)
                 if token:
                     self._granted(waiter, int(token), sent)
@@ -640,8 +661,12 @@ class RedisLock:
                 left = deadline.left()
                 if left is not None and left <= 0:
                     return False
-                pause = delay[0] if left is None else min(delay[0], left)
-                time.sleep(pause)
+                # The next in line asks often, so a released lock is not left
+                # idle, and the one after it nearly as often (it is next as
+                # soon as the lock changes hands); the others back off.
+                pause = (_REDIS_NEXT_POLL * (1 + 3 * place) if place < 2  # type: ignore[operator]
+                         else delay[0])
+                time.sleep(pause if left is None else min(pause, left))
                 delay[0] = min(delay[0] * 2, _REDIS_MAX_POLL)
 
         try:
@@ -679,8 +704,7 @@ class RedisLock:
                           "lease")
             return
         try:
-            renewed = owner._script(_RENEW_OR_RELEASE, self._keys[:1], self._value,
-                                    owner._lease_ms)
+            renewed = owner._script(_RENEW, self._keys[:1], self._value, owner._lease_ms)
         except (ZStoresError, OSError) as error:  # the lease runs out; check() says so
             log = logger.debug if self._renewal_failed else logger.warning
             self._renewal_failed = True
@@ -730,7 +754,7 @@ class RedisLock:
         owner = self._owner
         owner._watchdog.drop(self)
         token, self.token = self.token, None
-        released = owner._script(_RENEW_OR_RELEASE, self._keys[:1], self._value, 0)
+        released = owner._script(_RELEASE, self._keys[:2], self._value, _RESERVED_MS)
         if not released:
             raise LeaseExpiredError(
                 f"the lease of the Redis lock {self.name!r} (key {self.key!r}, token {token}) "
