@@ -247,12 +247,15 @@ def test_a_waiter_that_misses_its_turn_lets_the_others_in(redis_url):
         waiter.join(WAIT)
 
 
-def test_tokens_grow_with_every_grant(redis_url):
+def test_tokens_grow_with_every_grant_and_across_a_lost_counter(redis_url):
     sync = RedisSynchronizer(redis_url, prefix=unique("tokens") + ":", lease=30)
     tokens = []
     for key in ["a", "b", "a", "a"]:
         with sync[key] as lock:
             tokens.append(lock.token)
+    redis.Redis.from_url(redis_url).delete(sync.prefix + "//tokens")  # a restart, a flush
+    with sync["a"] as lock:
+        tokens.append(lock.token)
     assert tokens == sorted(set(tokens))
 
 

@@ -543,9 +543,15 @@ _TOKENS = LOCK_SEPARATOR + "tokens"  # the counter of one synchronizer prefix
 _ACQUIRE = """
 if redis.replicate_commands then redis.replicate_commands() end
 local holder = redis.call('GET', KEYS[1])
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  -- A new counter starts at the server's time in microseconds: larger than
+  -- every token a counter lost with a restart or a flush ever handed out.
+  local started = redis.call('TIME')
+  redis.call('SET', KEYS[4], started[1] .. string.format('%06d', tonumber(started[2])))
+end
 local function grant()
   local token = redis.call('INCR', KEYS[4])
-  redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. token, 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])  -- the waiter's id: unique
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[3], ARGV[1])
   return {token, 0}
@@ -614,7 +620,9 @@ class RedisLock:
 
     Once acquired, ``token`` is its fencing token: a number that grows with
     every grant of any lock of the synchronizer's prefix, so a later holder
-    of this lock always has a larger one.  While it is held, the
+    of this lock always has a larger one.  The counter starts at the Redis
+    server's time in microseconds, so tokens keep growing across a restart
+    of a server without persistence (or a ``FLUSHALL``).  While it is held, the
     synchronizer renews its lease in the background; ``check()`` raises
     ``LeaseExpiredError`` once a renewal failed or came too late.
     """
@@ -690,7 +698,7 @@ class RedisLock:
 
     def _granted(self, waiter: str, token: int, sent: float) -> None:
         self.token = token
-        self._value = f"{waiter} {token}"
+        self._value = waiter
         self._lost = None
         self._valid_until = sent + self._owner.lease
         self._owner._watchdog.hold(self)
