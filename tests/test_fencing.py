@@ -356,6 +356,54 @@ def test_a_writer_paused_past_its_lease_never_lands_a_stale_write(kind, fenced, 
     store.close()
 
 
+@pytest.mark.parametrize("fenced", [True, False], ids=["fenced", "unfenced"])
+def test_a_write_held_up_by_a_partition_never_lands_late(fenced, redis_url):
+    """Redis data and locks; A's link to Redis freezes as its write leaves, past its lease.
+
+    B (connected directly) adds 1 ten times; then the link heals and A's held
+    commands arrive.  Fenced, the commit's check of the fence record refuses
+    them: 0 lost.  Unfenced, the stale SET lands: 10 lost.  A reports only
+    once its commit (or SET) was answered, so the outcome is known then.
+    """
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    relay = workers.FreezingRelay(port)
+    relayed = redis_url.replace(f":{port}/", f":{relay.port}/")
+    prefix = unique("partitioned")
+    store = RedisStore(redis_url, prefix=prefix, mode="w")
+    make_array(store)
+    sync = RedisSynchronizer(redis_url, prefix=unique("cut") + ":", lease=1, timeout=WAIT)
+    relayed_sync = RedisSynchronizer(relayed, prefix=sync.prefix, lease=1, timeout=WAIT)
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    writer = context.Process(target=workers.paused_writer,
+                             args=("redis", (relayed, prefix), relayed_sync, fenced, "write",
+                                   theirs))
+    writer.start()
+    theirs.close()
+    try:
+        assert ours.poll(WAIT) and ours.recv() == "write"
+        relay.freeze()
+        ours.send("go")  # A sends its write into the frozen link
+        client = redis.Redis.from_url(redis_url)
+        proxy = zstores.synchronized(make_array_view(store), sync, fenced=fenced)
+        names = [sync.lock_name(key) for key in proxy.layout.keys(REGION)]
+        wait_until(lambda: not client.exists(*names), "A's lease to end")
+        for _ in range(10):
+            with proxy.locked(REGION):
+                proxy[REGION] = proxy[REGION] + 1
+        relay.heal()
+        assert ours.poll(WAIT)
+        outcome, detail = ours.recv()
+    finally:
+        relay.heal()
+        writer.join(WAIT)
+        relay.close()
+    assert outcome == "refused", detail
+    values = make_array_view(store)[REGION].tolist()
+    assert values == ([10] * 10 if fenced else [1] * 10)
+    store.rmdir("")
+
+
 def make_array_view(store):
     return zarr.open_array(zarr_store(store), path="data", mode="r+")
 
