@@ -662,7 +662,7 @@ class RedisLock:
             while True:
                 sent = time.monotonic()
                 token, place = owner._script(_ACQUIRE, self._keys, waiter,
-                                         owner._lease_ms, owner._keep_ms)
+                                             owner._lease_ms, owner._keep_ms)
                 if token:
                     self._granted(waiter, int(token), sent)
                     return True
@@ -672,8 +672,7 @@ class RedisLock:
                 # The next in line asks often, so a released lock is not left
                 # idle, and the one after it nearly as often (it is next as
                 # soon as the lock changes hands); the others back off.
-                pause = (_REDIS_NEXT_POLL * (1 + 3 * place) if place < 2  # type: ignore[operator]
-                         else delay[0])
+                pause = _REDIS_NEXT_POLL * (1 + 3 * place) if place < 2 else delay[0]
                 time.sleep(pause if left is None else min(pause, left))
                 delay[0] = min(delay[0] * 2, _REDIS_MAX_POLL)
 
