@@ -105,6 +105,8 @@ def test_lock_keys_never_collide_with_store_keys_whatever_the_prefixes(private_r
             key for key in store.list_prefix("") if "//" not in key)
         store.close()
     assert refused and ran
+    with pytest.raises(ValueError, match="prefix"):  # a store's prefix is never empty
+        RedisStore(url, prefix="")
 
 
 def test_the_issue_prefixes_are_refused_naming_both(redis_url):
