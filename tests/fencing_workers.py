@@ -54,8 +54,8 @@ def open_store(kind: str, where: Any, pause: Pause | None = None) -> Any:
     if pause is not None:
         cls = _pausing(cls, pause)
     if kind == "redis":
-        url, prefix = where
-        return cls(url, prefix=prefix)
+        url, prefix, *options = where  # options: a dict of RedisStore options
+        return cls(url, prefix=prefix, **(options[0] if options else {}))
     return cls(where)
 
 
@@ -166,3 +166,75 @@ class FreezingRelay:
         self._listener.close()
         for sock in self._sockets:
             sock.close()
+
+
+class LinePipe:
+    """``send`` and ``recv`` of a multiprocessing connection over stdin and stdout (JSON lines).
+
+    For writers started with ``ip netns exec`` in a network namespace, where
+    a multiprocessing pipe cannot follow.
+    """
+
+    def __init__(self, reader: Any, writer: Any) -> None:
+        self._reader, self._writer = reader, writer
+
+    def send(self, message: Any) -> None:
+        import json
+
+        self._writer.write(json.dumps(message) + "\n")
+        self._writer.flush()
+
+    def recv(self) -> Any:
+        import json
+
+        line = self._reader.readline()
+        if not line:
+            raise EOFError("the other end closed the pipe")
+        return json.loads(line)
+
+
+def netns_main(role: str, kind_where: str, sync_args: str, fenced: str) -> None:
+    """Entry point of a writer in a namespace: ``python -c`` calls it with JSON arguments."""
+    import json
+    import sys
+
+    import zstores
+
+    url, prefix, *options = json.loads(kind_where)
+    sync = zstores.RedisSynchronizer(**json.loads(sync_args))
+    pipe = LinePipe(sys.stdin, sys.stdout)
+    if role == "paused":
+        paused_writer("redis", (url, prefix, *options), sync, fenced == "1", "write", pipe)
+        return
+    if role in ("setup", "values"):
+        import zarr
+
+        store = open_store("redis", (url, prefix))
+        if role == "setup":
+            zarr.create_array(zstores.zarr_store(store), name="data", shape=(20,), chunks=(3,),
+                              dtype="i4", fill_value=0, overwrite=True)
+        else:
+            array = zarr.open_array(zstores.zarr_store(store), path="data", mode="r")
+            pipe.send(np.asarray(array[REGION]).tolist())
+        store.close()
+        return
+    if True:  # the other writer: wait for the paused one's lease to end, add 1 ten times
+        import redis
+        import zarr
+
+        store = open_store("redis", (url, prefix))
+        proxy = zstores.synchronized(
+            zarr.open_array(zstores.zarr_store(store), path="data", mode="r+"), sync,
+            fenced=fenced == "1")
+        client = redis.Redis.from_url(url)
+        names = [sync.lock_name(key) for key in proxy.layout.keys(REGION)]
+        assert pipe.recv() == "go"  # started (and zarr imported) before the cut
+        while client.exists(*names):
+            import time
+
+            time.sleep(0.01)
+        for _ in range(10):
+            with proxy.locked(REGION):
+                proxy[REGION] = proxy[REGION] + 1
+        pipe.send(["done", np.asarray(proxy[REGION]).tolist()])
+        store.close()

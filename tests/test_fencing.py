@@ -8,10 +8,14 @@ through a pipe, never left to timing.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -461,3 +465,123 @@ def test_fence_records_stay_out_of_zarr_and_verify(tmp_path, redis_url, recwarn)
     assert not [w for w in recwarn if ".zstores" in str(w.message)]
     store.close()
     assert main(["verify", str(path)]) == 0
+
+
+# ------------------------------------------------- hosts as network namespaces
+def _ip(*arguments: str, namespace: str | None = None) -> None:
+    command = ["ip", *(["netns", "exec", namespace, "ip"] if namespace else []), *arguments]
+    subprocess.run(command, check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def two_hosts(tmp_path):
+    """Namespaces R (a Redis server on 10.231.7.1) and A (10.231.7.2), joined by a veth pair.
+
+    Made by the test and deleted after it; nothing changes in the test's own
+    namespace.  Yields (R, A, R's end of the link, the Redis port).
+    """
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("redis-server") is None:
+        pytest.skip("needs root, iproute2 and redis-server to make network namespaces")
+    tag = uuid.uuid4().hex[:6]
+    host_r, host_a = f"zsr-{tag}", f"zsa-{tag}"
+    made: list[str] = []
+    server = None
+    try:
+        for name in (host_r, host_a):
+            subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+            made.append(name)
+            _ip("link", "set", "lo", "up", namespace=name)
+        _ip("link", "add", f"zr{tag}", "netns", host_r, "type", "veth", "peer", "name",
+            f"za{tag}", "netns", host_a)
+        _ip("addr", "add", "10.231.7.1/30", "dev", f"zr{tag}", namespace=host_r)
+        _ip("addr", "add", "10.231.7.2/30", "dev", f"za{tag}", namespace=host_a)
+        _ip("link", "set", f"zr{tag}", "up", namespace=host_r)
+        _ip("link", "set", f"za{tag}", "up", namespace=host_a)
+        port = 6379
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", host_r, "redis-server", "--bind", "127.0.0.1 10.231.7.1",
+             "--port", str(port), "--save", "", "--appendonly", "no", "--protected-mode", "no",
+             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: subprocess.run(
+            ["ip", "netns", "exec", host_r, "redis-cli", "-p", str(port), "ping"],
+            check=False, capture_output=True, text=True).stdout.strip() == "PONG", "Redis in R")
+        yield host_r, host_a, f"zr{tag}", port
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        for name in made:
+            subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
+
+
+def _in_namespace(namespace: str, role: str, url: str, prefix: str, sync: dict,
+                  fenced: bool, **options: object) -> subprocess.Popen:
+    code = ("import sys, fencing_workers; fencing_workers.netns_main(*sys.argv[1:])")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    environment = {**os.environ,
+                   "PYTHONPATH": os.pathsep.join([tests, os.path.dirname(tests)])}
+    return subprocess.Popen(
+        ["ip", "netns", "exec", namespace, sys.executable, "-c", code, role,
+         json.dumps([url, prefix, options]), json.dumps(sync), "1" if fenced else "0"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environment)
+
+
+def _message(process: subprocess.Popen):
+    line = process.stdout.readline()
+    assert line, f"the writer ended ({process.wait(WAIT)}) without a word"
+    return json.loads(line)
+
+
+@pytest.mark.parametrize("cut", ["sigstop", "link-down"])
+@pytest.mark.parametrize("fenced", [True, False], ids=["fenced", "unfenced"])
+def test_writers_on_two_hosts_never_land_a_late_write(fenced, cut, two_hosts):
+    """Redis (data and locks) on host R; A on host A stops or loses its link as its write leaves.
+
+    The other writer, on R, takes A's expired locks and adds 1 ten times;
+    then A resumes (SIGCONT, or the link comes back up and TCP delivers what
+    it held: R's end goes down, so A's packets are dropped, not refused).
+    Fenced: A's late commit is refused, 0 lost.  Unfenced: A's stale write
+    lands, 10 lost.
+    """
+    host_r, host_a, link, port = two_hosts
+    prefix = unique("hosts")
+    sync = {"url": f"redis://10.231.7.1:{port}/0", "prefix": unique("locks") + ":",
+            "lease": 1, "timeout": WAIT}
+    local = f"redis://127.0.0.1:{port}/0"
+    setup = _in_namespace(host_r, "setup", local, prefix, {**sync, "url": local}, fenced)
+    setup.communicate(timeout=WAIT)
+    # A waits for a connection as long as the cut lasts, as TCP does.
+    writer = _in_namespace(host_a, "paused", sync["url"], prefix, sync, fenced,
+                           connect_timeout=WAIT)
+    other = _in_namespace(host_r, "other", local, prefix, {**sync, "url": local}, fenced)
+    try:
+        assert _message(writer) == "write"
+        if cut == "sigstop":
+            os.kill(writer.pid, signal.SIGSTOP)  # ip netns exec runs the writer itself
+        else:
+            _ip("link", "set", link, "down", namespace=host_r)
+        for process in (writer, other):
+            process.stdin.write('"go"\n')
+            process.stdin.flush()
+        done, seen = _message(other)
+        other.wait(WAIT)
+        assert done == "done" and seen == [10] * 10
+        if cut == "sigstop":
+            os.kill(writer.pid, signal.SIGCONT)
+        else:
+            _ip("link", "set", link, "up", namespace=host_r)
+        outcome, detail = _message(writer)
+    finally:
+        _ip("link", "set", link, "up", namespace=host_r)
+        for process in (writer, other):
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGCONT)
+                process.stdin.close()
+            process.wait(WAIT)
+    assert outcome == "refused", detail
+    # Fenced: by the store's check at commit; unfenced: at release, after the write landed.
+    assert ("its commit was refused" if fenced else "expired after") in detail
+    check = _in_namespace(host_r, "values", local, prefix, {**sync, "url": local}, fenced)
+    values = _message(check)
+    check.wait(WAIT)
+    assert values == ([10] * 10 if fenced else [1] * 10)
