@@ -57,6 +57,24 @@ def make_array(store, path: str = "data"):
                              dtype="i4", fill_value=0, overwrite=True)
 
 
+def stop(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it has stopped.
+
+    The signal takes effect asynchronously: a thread that a message wakes
+    right after ``kill`` returns could otherwise run on for a moment.
+    """
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                states.append(stat.read().rsplit(")", 1)[1].split()[0])
+        return all(state in "tT" for state in states)
+
+    wait_until(stopped, f"process {pid} to stop")
+
+
 def wait_until(condition, what: str) -> None:
     """Poll ``condition()`` until true (bounded by WAIT: a hang is a failure, not a pass)."""
     end = time.monotonic() + WAIT
@@ -243,7 +261,7 @@ def test_a_waiter_that_misses_its_turn_lets_the_others_in(redis_url):
     theirs.close()
     try:
         wait_until(lambda: client.zcard(sync.prefix + "k//queue") == 1, "the waiter to queue")
-        os.kill(waiter.pid, signal.SIGSTOP)
+        stop(waiter.pid)
         first.release()  # kept for the stopped waiter, then free for anyone
         with sync["k"] as lock:
             assert lock.token
@@ -332,7 +350,7 @@ def test_a_writer_paused_past_its_lease_never_lands_a_stale_write(kind, fenced, 
     theirs.close()
     try:
         assert ours.poll(WAIT) and ours.recv() == pause_at
-        os.kill(writer.pid, signal.SIGSTOP)
+        stop(writer.pid)
         try:
             client = redis.Redis.from_url(redis_url)
             proxy = zstores.synchronized(make_array_view(store), sync, fenced=fenced)
@@ -557,7 +575,7 @@ def test_writers_on_two_hosts_never_land_a_late_write(fenced, cut, two_hosts):
     try:
         assert _message(writer) == "write"
         if cut == "sigstop":
-            os.kill(writer.pid, signal.SIGSTOP)  # ip netns exec runs the writer itself
+            stop(writer.pid)  # ip netns exec runs the writer itself
         else:
             _ip("link", "set", link, "down", namespace=host_r)
         for process in (writer, other):
