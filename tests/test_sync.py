@@ -734,7 +734,9 @@ def test_dask_multiprocessing_store_into_a_synchronized_target(tmp_path):
     np.testing.assert_array_equal(array[:], np.arange(length))
 
 
-def test_dask_distributed_cluster_with_redis_synchronizer_into_redis(tmp_path, redis_url):
+@pytest.mark.parametrize("fenced", [False, True], ids=["locks", "fenced"])
+def test_dask_distributed_cluster_with_redis_synchronizer_into_redis(fenced, tmp_path,
+                                                                     redis_url):
     pytest.importorskip("distributed")
     import dask.array as da
     from distributed import Client, LocalCluster
@@ -745,7 +747,7 @@ def test_dask_distributed_cluster_with_redis_synchronizer_into_redis(tmp_path, r
     length = 8 * WIDTH
     array = make_array(store, (length,), (CHUNK,))
     sync = RedisSynchronizer(redis_url, prefix=unique("dask-locks") + ":", lease=60, timeout=WAIT)
-    target = synchronized(array, sync)
+    target = synchronized(array, sync, fenced=fenced)
     source = da.arange(length, chunks=WIDTH, dtype="i8")
     with LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
                       dashboard_address=None) as cluster, Client(cluster):

@@ -182,7 +182,17 @@ class LockUnsupportedError(ZStoresError, OSError):
 
 
 class LeaseExpiredError(ZStoresError, RuntimeError):
-    """A Redis lock's lease ran out while it was held: another writer may have entered."""
+    """A Redis lock's lease ran out while it was held: another writer may have entered.
+
+    Raised before a write when the lease may have run out, at release when
+    it did, and by a fenced write (``synchronized(..., fenced=True)``) whose
+    fencing token a later holder of the lock has overtaken: that write
+    changed nothing.
+    """
+
+
+class LockNamespaceError(ZStoresError, ValueError):
+    """A synchronizer's lock keys would lie among a store's keys (same server, nested prefixes)."""
 
 
 class StoreLockedError(ZStoresError, BlockingIOError):

@@ -33,6 +33,7 @@ from zarr.core.buffer.core import default_buffer_prototype
 
 from ..base import Store
 from ..errors import InvalidKeyError
+from ..keys import RESERVED_PREFIX
 from . import Adapter, TransactionSlot, keys_with_prefix, size_under
 
 __all__ = ["ZarrStore", "is_blocking"]
@@ -438,9 +439,15 @@ class ZarrStore(Adapter, ZarrABCStore):
             yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:  # type: ignore[override]
-        """Names of the keys and sub-prefixes directly under ``prefix``."""
+        """Names of the keys and sub-prefixes directly under ``prefix``.
+
+        zstores' own records (``.zstores/`` at the root: fences of
+        synchronized writes) are left out: they are no Zarr node.
+        """
+        hidden = RESERVED_PREFIX.rstrip("/") if not prefix.strip("/") else None
         async for name in self._stream(self._ready().listdir, prefix):
-            yield name
+            if name != hidden:
+                yield name
 
     async def _stream(
         self, listing: Callable[..., Iterable[str]], *args: Any

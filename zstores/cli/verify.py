@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base import Store
-from ..keys import prefix_of
+from ..keys import RESERVED_PREFIX, prefix_of
 from ..metadata import (
     ATTRS_V2,
     CONSOLIDATED_V2,
@@ -396,7 +396,8 @@ def run(args: argparse.Namespace) -> int:
     findings = _Findings()
     with open_url(args.url, "r") as store:
         _refuse_inside_array(store, path)
-        keys = keys_under(store, path)
+        # zstores' own records (fences of synchronized writes) are no stray keys.
+        keys = [key for key in keys_under(store, path) if not key.startswith(RESERVED_PREFIX)]
         if path and not keys:
             raise CommandError(f"nothing under {path!r} in {shown(args.url)}")
         metadata_keys = [k for k in keys if k.rpartition("/")[2] in METADATA_NAMES]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import operator
 import random
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -33,8 +34,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import LockOrderError, TransactionConflictError
+from ..errors import (
+    LeaseExpiredError,
+    LockNamespaceError,
+    LockOrderError,
+    TransactionConflictError,
+    UnsupportedOperationError,
+)
+from ..keys import prefix_of
 from ..metadata import ARRAY_V2, NODE_V3
+from . import fencing
 from .chunks import (
     ChunkLayout,
     boxes,
@@ -73,11 +82,52 @@ BYTES_PER_WRITE = 1 << 20
 
 def _transactional(adapter: Any) -> Store | None:
     """The zstores store behind a zarr adapter, if it runs transactions; else None."""
+    store = _zstores_store(adapter)
+    return store if store is not None and store.supports_transactions else None
+
+
+def _zstores_store(adapter: Any) -> Store | None:
+    """The zstores store behind a zarr adapter; None for any other zarr store."""
     from ..adapters import Adapter
 
-    if isinstance(adapter, Adapter) and adapter.store.supports_transactions:
-        return adapter.store
-    return None
+    return adapter.store if isinstance(adapter, Adapter) else None
+
+
+def check_namespaces(synchronizer: Any, store: Any, path: str) -> None:
+    """Refuse a ``RedisSynchronizer`` whose lock keys a ``RedisStore`` on its server would list.
+
+    A store with prefix ``P`` owns every Redis key that starts with ``P:``.
+    The lock keys of an array at ``path`` all start with ``sync.prefix +
+    path + "/"`` and have no ``:`` after it, so they fall among the store's
+    keys exactly when that string starts with ``P:``; the store would then
+    list them as its own keys and delete them with ``rmdir``.  (They are
+    never equal to one of its keys: lock keys contain ``//``.)
+
+    Raises
+    ------
+    LockNamespaceError
+        Naming both prefixes.
+    """
+    redis_stores = sys.modules.get("zstores.stores.redis")
+    server_of = getattr(synchronizer, "server", None)
+    if redis_stores is None or not isinstance(store, redis_stores.RedisStore) or not callable(
+            server_of) or not isinstance(getattr(synchronizer, "prefix", None), str):
+        return
+    options = store.client.connection_pool.connection_kwargs
+    store_server = (options.get("path") or (options.get("host"), options.get("port")),
+                    options.get("db", 0))
+    if store_server != server_of():
+        return
+    base = store.prefix + ":"
+    if (synchronizer.prefix + prefix_of(path)).startswith(base):
+        raise LockNamespaceError(
+            f"the lock keys of {synchronizer!r} (prefix {synchronizer.prefix!r}) would lie "
+            f"among the keys of {store!r} (prefix {store.prefix!r}: it owns every Redis key "
+            f"starting with {base!r}), on the same server and database: the store would list "
+            "them and delete them with its data; give the synchronizer a prefix that does not "
+            f"start with {base!r} (its default, 'zstores:lock:', or for example "
+            f"{store.prefix + '-locks:'!r})"
+        )
 
 
 # ------------------------------------------------------------ zarr versions
@@ -115,6 +165,10 @@ class _Zarr2:
         if self.array.chunk_store is not None and self.array.chunk_store is not self.array.store:
             return None
         return _transactional(self.array.store)
+
+    def chunk_store(self) -> Any:
+        """The zarr store the chunks are written to."""
+        return self.array.chunk_store if self.array.chunk_store is not None else self.array.store
 
     def threaded_store(self) -> bool:
         """zarr-python 2 calls its store in the calling thread."""
@@ -167,6 +221,10 @@ class _Zarr3:
     def transactional_store(self) -> Store | None:
         """The store whose transactions writes can use."""
         return _transactional(self.array.store_path.store)
+
+    def chunk_store(self) -> Any:
+        """The zarr store the chunks are written to."""
+        return self.array.store_path.store
 
     def threaded_store(self) -> bool:
         """Whether zarr runs the store's calls in worker threads (all but the few known not to)."""
@@ -284,7 +342,7 @@ class SynchronizedArray:
     """
 
     def __init__(self, array: Any, synchronizer: Synchronizer, *, atomic: bool = False,
-                 retries: int = DEFAULT_RETRIES) -> None:
+                 retries: int = DEFAULT_RETRIES, fenced: bool = False) -> None:
         if not callable(getattr(synchronizer, "__getitem__", None)):
             raise TypeError(
                 "synchronizer must return a lock for sync[key] (ThreadSynchronizer, "
@@ -300,8 +358,14 @@ class SynchronizedArray:
         self._retries = retries
         self._layout = self._zarr.layout()
         self._held = _Held()
+        check_namespaces(synchronizer, _zstores_store(self._zarr.chunk_store()),
+                         self._layout.path)
+        self._fenced = bool(fenced)
         # Where writes commit atomically: the array's store, if it runs transactions.
-        self._tx_store = self._zarr.transactional_store() if self._atomic else None
+        self._tx_store = (self._zarr.transactional_store()
+                          if self._atomic or self._fenced else None)
+        if self._fenced and self._tx_store is None:
+            raise _cannot_fence(self._zarr.chunk_store())
 
     # ----------------------------------------------------------- properties
     @property
@@ -318,6 +382,11 @@ class SynchronizedArray:
     def atomic(self) -> bool:
         """Whether a write holds all its chunks' locks at once."""
         return self._atomic
+
+    @property
+    def fenced(self) -> bool:
+        """Whether writes check the locks' fencing tokens in the store's transactions."""
+        return self._fenced
 
     @property
     def transactional(self) -> bool:
@@ -338,18 +407,83 @@ class SynchronizedArray:
             return
         value = broadcast_value(value, selection_shape(axes))
         array = self._zarr.array
+        if self._fenced:
+            self._write_fenced(selection, axes, value, parts)
+            return
         if self._tx_store is not None:
             self._write_in_transaction(selection, value,
                                        [layout.chunk_key(part.coords) for part in parts])
             return
         if self._atomic:
-            with self._holding([layout.chunk_key(part.coords) for part in parts]):
+            keys = [layout.chunk_key(part.coords) for part in parts]
+            with self._holding(keys):
+                self._check_leases(keys)
                 array[selection] = value
             return
         scalar = np.ndim(value) == 0
         for box in boxes(axes, layout.grid, self._chunks_per_write()):
-            with self._holding([layout.chunk_key(coords) for coords in box.coords]):
+            keys = [layout.chunk_key(coords) for coords in box.coords]
+            with self._holding(keys):
+                self._check_leases(keys)
                 array[box.selection] = value if scalar else value[box.value_selection]
+
+    def _write_fenced(self, selection: Any, axes: Any, value: Any, parts: list[Any]) -> None:
+        """Write under the chunks' locks, each block in a transaction checking their fences."""
+        layout, held = self._layout, self._held
+        if held.array is not None:  # inside locked(): the block's transaction
+            with self._holding([layout.chunk_key(part.coords) for part in parts]):
+                held.array[selection] = value
+            return
+        if self._atomic:
+            blocks = [([layout.chunk_key(part.coords) for part in parts], selection, value)]
+        else:
+            scalar = np.ndim(value) == 0
+            blocks = [([layout.chunk_key(coords) for coords in box.coords], box.selection,
+                       value if scalar else value[box.value_selection])
+                      for box in boxes(axes, layout.grid, self._chunks_per_write())]
+        for keys, block, piece in blocks:
+            with self._holding(keys):
+                self._commit_fenced(keys, block, piece)
+
+    def _commit_fenced(self, keys: list[str], selection: Any, value: Any) -> None:
+        """One transaction: read the fences of ``keys``' locks, write, check the leases, commit.
+
+        A conflict on a fence record means the lock was granted again
+        (``LeaseExpiredError``); one on a chunk alone means a writer without
+        the lock changed it, and the write is tried again under the lock.
+        """
+        locks = self._fenced_locks(keys)
+        for attempt in range(1, self._retries + 1):
+            tx = self._tx_store.transaction(bind_thread=False)  # type: ignore[union-attr]
+            try:
+                fencing.read(tx, locks)
+                self._zarr.on(tx)[selection] = value
+                self._check_leases(keys)
+                tx.commit()
+                return
+            except TransactionConflictError as conflict:
+                fencing.explain(conflict, locks)
+                if attempt == self._retries:
+                    conflict.add_note(f"{self!r}: the write was tried {attempt} times")
+                    raise
+            finally:
+                if tx.state == "open":
+                    tx.rollback()
+
+    def _fenced_locks(self, keys: Iterable[str]) -> list[Any]:
+        """The held locks of ``keys`` that carry fencing tokens, each once."""
+        held = self._held.locks
+        names = {lock_name(self._synchronizer, key) for key in keys}
+        return [held[name] for name in sorted(names)
+                if getattr(held.get(name), "token", None) is not None]
+
+    def _check_leases(self, keys: Iterable[str]) -> None:
+        """Raise ``LeaseExpiredError`` if a held lock of ``keys`` may have lost its lease."""
+        held = self._held.locks
+        for name in {lock_name(self._synchronizer, key) for key in keys}:
+            check = getattr(held.get(name), "check", None)
+            if callable(check):
+                check()
 
     def _chunks_per_write(self) -> int:
         """Chunks per zarr call: CHUNKS_PER_WRITE, within BYTES_PER_WRITE on threaded stores."""
@@ -373,6 +507,7 @@ class SynchronizedArray:
                 # commit checks the reads and applies the writes at once.
                 self._zarr.on(tx)[selection] = value
                 with self._holding(keys):
+                    self._check_leases(keys)
                     tx.commit()
                 return
             except TransactionConflictError as conflict:
@@ -404,18 +539,31 @@ class SynchronizedArray:
         >>> int(proxy[99]), int(proxy[100])
         (1, 0)
         """
-        with self._holding(self._layout.keys(selection)):
+        keys = self._layout.keys(selection)
+        with self._holding(keys):
             if self._tx_store is None or self._held.array is not None:
                 yield self
                 return
-            with self._tx_store.transaction(bind_thread=False) as tx:
-                # Reads and writes of the block go through one transaction,
-                # committed (still under the locks) when the block ends.
+            # Reads and writes of the block go through one transaction,
+            # committed (still under the locks) when the block ends.
+            tx = self._tx_store.transaction(bind_thread=False)
+            try:
+                locks = self._fenced_locks(keys) if self._fenced else []
+                fencing.read(tx, locks)
                 self._held.array = self._zarr.on(tx)
                 try:
                     yield self
                 finally:
                     self._held.array = None
+                self._check_leases(keys)
+                try:
+                    tx.commit()
+                except TransactionConflictError as conflict:
+                    fencing.explain(conflict, locks)
+                    raise
+            finally:
+                if tx.state == "open":
+                    tx.rollback()
 
     def resize(self, *shape: Any) -> None:
         """Change the shape, under the metadata lock, from the latest metadata.
@@ -481,8 +629,20 @@ class SynchronizedArray:
                 held.locks[name] = lock
                 taken.append(name)
                 held.chunks += not metadata
+                if self._fenced and not metadata and getattr(lock, "token", None) is not None:
+                    # Before anything is read under it: no earlier holder
+                    # can commit once its token is recorded.
+                    fencing.advance(self._tx_store, lock)  # type: ignore[arg-type]
             yield
-        finally:
+        except BaseException as error:
+            # The error that stopped the block is the one to see; a lock that
+            # cannot be released as well (its server gone) is noted on it.
+            try:
+                self._release(taken, metadata)
+            except Exception as release_error:  # noqa: BLE001 - reported on the first error
+                error.add_note(f"releasing the locks failed too: {release_error!r}")
+            raise
+        else:
             self._release(taken, metadata)
 
     def _check_order(self, new: list[str], metadata: bool) -> None:
@@ -507,6 +667,11 @@ class SynchronizedArray:
             held.chunks -= not metadata
             try:
                 lock.__exit__(None, None, None)
+            except LeaseExpiredError as error:
+                # A fenced write committed only while no later holder had
+                # recorded its token: a lease lost after it changes nothing.
+                if not (self._fenced and not metadata):
+                    failure = failure or error
             except BaseException as error:  # noqa: BLE001 - release the others, then re-raise
                 failure = failure or error
         if failure is not None:
@@ -536,16 +701,32 @@ class SynchronizedArray:
         return self._zarr.array.__array__(*args, **kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (self._zarr, self._synchronizer, self._atomic, self._retries))
+        return (_restore, (self._zarr, self._synchronizer, self._atomic, self._retries,
+                           self._fenced))
 
     def __repr__(self) -> str:
         mode = ", atomic=True" if self._atomic else ""
+        mode += ", fenced=True" if self._fenced else ""
         return f"synchronized({self._zarr.array!r}, {self._synchronizer!r}{mode})"
 
 
 def _restore(zarr: _Zarr2 | _Zarr3, synchronizer: Synchronizer, atomic: bool,
-             retries: int = DEFAULT_RETRIES) -> SynchronizedArray:
-    return SynchronizedArray(zarr, synchronizer, atomic=atomic, retries=retries)
+             retries: int = DEFAULT_RETRIES, fenced: bool = False) -> SynchronizedArray:
+    return SynchronizedArray(zarr, synchronizer, atomic=atomic, retries=retries, fenced=fenced)
+
+
+def _cannot_fence(chunk_store: Any) -> UnsupportedOperationError:
+    store = _zstores_store(chunk_store)
+    if store is None:
+        what = (f"the zarr store {type(chunk_store).__name__} (not a zstores store: open the "
+                "array on zstores.zarr_store(...))")
+    else:
+        what = f"{store!r}, which does not run transactions (store.supports_transactions)"
+    return UnsupportedOperationError(
+        f"synchronized(..., fenced=True) checks fencing tokens inside the data store's "
+        f"transactions, and the array's chunks are in {what}; fenced writes need a store "
+        "with transactions (Memory, LMDB, SQLite, Redis)"
+    )
 
 
 class _ReadOnlyIndexer:
@@ -584,7 +765,8 @@ def _check_append(shape: tuple[int, ...], data_shape: tuple[int, ...], axis: int
 
 
 def synchronized(array: Any, synchronizer: Synchronizer, *,
-                 atomic: bool = False, retries: int = DEFAULT_RETRIES) -> SynchronizedArray:
+                 atomic: bool = False, retries: int = DEFAULT_RETRIES,
+                 fenced: bool = False) -> SynchronizedArray:
     """Wrap a zarr-python 2 or 3 array so that its writes hold chunk locks.
 
     Parameters
@@ -606,6 +788,16 @@ def synchronized(array: Any, synchronizer: Synchronizer, *,
     retries : int
         Tries of a transactional write whose commit finds a chunk it read
         changed by another writer, before ``TransactionConflictError``.
+    fenced : bool
+        Check each lock's fencing token inside the data store's
+        transactions (``RedisSynchronizer`` locks; the store must run
+        transactions): a writer whose lease ran out and whose lock was
+        granted again never lands a write, however long it was paused or cut
+        off; it gets ``LeaseExpiredError`` and nothing is written.  Every
+        write and ``locked()`` block is then one transaction under the
+        locks, and fence records are kept under ``.zstores/fence/``.  Locks
+        without a lease (thread and file locks) need no fencing: with them
+        the writes are transactional and nothing else changes.
 
     Returns
     -------
@@ -627,4 +819,4 @@ def synchronized(array: Any, synchronizer: Synchronizer, *,
     True
     >>> proxy[5:95] = 3  # ten chunks, one commit
     """
-    return SynchronizedArray(array, synchronizer, atomic=atomic, retries=retries)
+    return SynchronizedArray(array, synchronizer, atomic=atomic, retries=retries, fenced=fenced)

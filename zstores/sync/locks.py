@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import re
 import threading
@@ -25,7 +26,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol, Self
 
-from ..errors import LeaseExpiredError, LockTimeoutError, LockUnsupportedError
+from ..errors import LeaseExpiredError, LockTimeoutError, LockUnsupportedError, ZStoresError
 from ..secrets import redact_url, secrets_of
 
 __all__ = [
@@ -92,6 +93,51 @@ class _Deadline:
         return None if self._end is None else max(0.0, self._end - time.monotonic())
 
 
+#: Seconds a lock is waited for before the first warning (then one more per
+#: such period): ``timeout=None`` waits as long as it takes, but never in silence.
+WARN_AFTER = 60.0
+
+logger = logging.getLogger("zstores.sync")
+
+
+def _check_warn_after(warn_after: float | None) -> float | None:
+    if warn_after is None:
+        return None
+    warn_after = float(warn_after)
+    if not warn_after > 0:
+        raise ValueError(f"invalid warn_after {warn_after!r}: must be > 0 seconds, or None")
+    return warn_after
+
+
+def _wait_for(attempt: Callable[[float | None], bool], timeout: float | None,
+              warn_after: float | None, describe: Callable[[], str]) -> bool:
+    """Call ``attempt(seconds)`` (which waits at most that long) until it succeeds.
+
+    Returns False once ``timeout`` has passed.  Every ``warn_after`` seconds
+    of waiting, logs a warning on the ``zstores.sync`` logger saying what is
+    waited for (``describe()``) and for how long, so that a writer stuck
+    behind a lock that is never released shows up in the logs.
+    """
+    deadline = _Deadline(timeout)
+    started = time.monotonic()
+    warnings = 0
+    while True:
+        left = deadline.left()
+        step = left
+        if warn_after is not None:
+            to_warning = max(0.0, started + warn_after * (warnings + 1) - time.monotonic())
+            step = to_warning if left is None else min(left, to_warning)
+        if attempt(step):
+            return True
+        if left is not None and deadline.left() == 0:
+            return False
+        waited = time.monotonic() - started
+        if warn_after is not None and waited >= warn_after * (warnings + 1):
+            warnings += 1
+            limit = "no timeout" if timeout is None else f"timeout {timeout} s"
+            logger.warning("still waiting after %.0f s (%s) for %s", waited, limit, describe())
+
+
 # ------------------------------------------------------------------ threads
 class _LocalLock:
     """A thread lock shared by every lock object of one name in a process."""
@@ -126,21 +172,33 @@ class _LocalLocks:
 
 
 class ThreadLock:
-    """The lock of one key of a ``ThreadSynchronizer``."""
+    """The lock of one key of a ``ThreadSynchronizer``.
 
-    def __init__(self, key: str, local: _LocalLock, timeout: float | None) -> None:
+    Its holder keeps it for as long as it runs (no lease), so it has no
+    fencing token (``token`` is None) and ``check()`` never fails.
+    """
+
+    token = None
+
+    def __init__(self, key: str, local: _LocalLock, timeout: float | None,
+                 warn_after: float | None = WARN_AFTER) -> None:
         self.key = key
         self.name = key
         self._local = local
         self._timeout = timeout
+        self._warn_after = warn_after
 
     def acquire(self, timeout: float | None = None) -> None:
         """Wait for the lock; ``timeout`` (default: the synchronizer's) bounds the wait."""
         timeout = self._timeout if timeout is None else timeout
-        if not self._local.acquire(timeout):
+        if not _wait_for(self._local.acquire, timeout, self._warn_after,
+                         lambda: f"the thread lock of key {self.key!r}"):
             raise LockTimeoutError(
                 f"could not lock key {self.key!r} within {timeout} s: another thread holds it"
             )
+
+    def check(self) -> None:
+        """Nothing to check: a thread lock is held until it is released."""
 
     def release(self) -> None:
         """Release the lock."""
@@ -165,7 +223,11 @@ class ThreadSynchronizer:
     Parameters
     ----------
     timeout : float or None
-        Seconds to wait for a lock before ``LockTimeoutError``; ``None`` waits forever.
+        Seconds to wait for a lock before ``LockTimeoutError``; ``None`` waits
+        as long as it takes (logging a warning every ``warn_after`` seconds).
+    warn_after : float or None
+        Seconds of waiting for one lock between warnings on the
+        ``zstores.sync`` logger; ``None``: no warnings.
 
     Examples
     --------
@@ -175,27 +237,30 @@ class ThreadSynchronizer:
     ...     pass  # read, modify and write the chunk "data/0.0"
     """
 
-    def __init__(self, *, timeout: float | None = None) -> None:
+    def __init__(self, *, timeout: float | None = None,
+                 warn_after: float | None = WARN_AFTER) -> None:
         self.timeout = _check_timeout(timeout)
+        self.warn_after = _check_warn_after(warn_after)
         self._locks = _LocalLocks()
 
     def __getitem__(self, key: str) -> ThreadLock:
         key = _check_key(key)
-        return ThreadLock(key, self._locks[key], self.timeout)
+        return ThreadLock(key, self._locks[key], self.timeout, self.warn_after)
 
     def lock_name(self, key: str) -> str:
         """Keys are their own lock names."""
         return _check_key(key)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_new_thread_synchronizer, (self.timeout,))
+        return (_new_thread_synchronizer, (self.timeout, self.warn_after))
 
     def __repr__(self) -> str:
-        return f"ThreadSynchronizer(timeout={self.timeout!r})"
+        return f"ThreadSynchronizer(timeout={self.timeout!r}, warn_after={self.warn_after!r})"
 
 
-def _new_thread_synchronizer(timeout: float | None) -> ThreadSynchronizer:
-    return ThreadSynchronizer(timeout=timeout)
+def _new_thread_synchronizer(timeout: float | None,
+                             warn_after: float | None = WARN_AFTER) -> ThreadSynchronizer:
+    return ThreadSynchronizer(timeout=timeout, warn_after=warn_after)
 
 
 # ---------------------------------------------------------------- processes
@@ -262,27 +327,40 @@ _POLL_MAX_DELAY = 0.01
 
 
 class FileLock:
-    """The lock of one key of a ``ProcessSynchronizer``: a thread lock, then a file lock."""
+    """The lock of one key of a ``ProcessSynchronizer``: a thread lock, then a file lock.
 
-    def __init__(self, key: str, path: str, timeout: float | None) -> None:
+    A file lock lives as long as its holder's process (no lease), so it has
+    no fencing token (``token`` is None) and ``check()`` never fails.
+    """
+
+    token = None
+
+    def __init__(self, key: str, path: str, timeout: float | None,
+                 warn_after: float | None = WARN_AFTER) -> None:
         self.key = key
         self.name = path
         self.path = path
         self._timeout = timeout
+        self._warn_after = warn_after
         self._local = _FILE_LOCALS[path]
 
     def acquire(self, timeout: float | None = None) -> None:
         """Wait for the lock; ``timeout`` (default: the synchronizer's) bounds the wait."""
         timeout = self._timeout if timeout is None else timeout
         deadline = _Deadline(timeout)
-        if not self._local.acquire(timeout):
+        if not _wait_for(self._local.acquire, timeout, self._warn_after,
+                         lambda: f"key {self.key!r}: another thread holds {self.path!r}"):
             raise self._timed_out(timeout, "another thread of this process")
         try:
-            if not self._lock_file(deadline.left()):
+            if not _wait_for(self._lock_file, deadline.left(), self._warn_after,
+                             lambda: f"key {self.key!r}: another process holds {self.path!r}"):
                 raise self._timed_out(timeout, "another process")
         except BaseException:
             self._local.lock.release()
             raise
+
+    def check(self) -> None:
+        """Nothing to check: a file lock is held until it is released."""
 
     def _lock_file(self, timeout: float | None) -> bool:
         fasteners = _import_fasteners()
@@ -357,11 +435,15 @@ class ProcessSynchronizer:
         A folder, created if missing, on a file system that supports file
         locks and that every writer process sees.  Keep it apart from the data.
     timeout : float or None
-        Seconds to wait for a lock before ``LockTimeoutError``; ``None`` waits forever.
+        Seconds to wait for a lock before ``LockTimeoutError``; ``None`` waits
+        as long as it takes (logging a warning every ``warn_after`` seconds).
     stripes : int or None
         Hash keys onto this many lock files instead of one file per key, to
         bound the number of files (keys that share a stripe exclude each
         other, which costs only concurrency).
+    warn_after : float or None
+        Seconds of waiting for one lock between warnings on the
+        ``zstores.sync`` logger; ``None``: no warnings.
 
     Raises
     ------
@@ -388,10 +470,12 @@ class ProcessSynchronizer:
         *,
         timeout: float | None = None,
         stripes: int | None = None,
+        warn_after: float | None = WARN_AFTER,
     ) -> None:
         _import_fasteners()  # a missing extra fails before any folder is made
         self.path = os.path.abspath(os.fspath(path))
         self.timeout = _check_timeout(timeout)
+        self.warn_after = _check_warn_after(warn_after)
         if stripes is not None and (not isinstance(stripes, int) or stripes < 1):
             raise ValueError(f"invalid stripes {stripes!r}: must be an int >= 1, or None")
         self.stripes = stripes
@@ -419,48 +503,249 @@ class ProcessSynchronizer:
         return self._folder + lock_file_name(_check_key(key), self.stripes)
 
     def __getitem__(self, key: str) -> FileLock:
-        return FileLock(key, self.lock_name(key), self.timeout)
+        return FileLock(key, self.lock_name(key), self.timeout, self.warn_after)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_new_process_synchronizer, (self.path, self.timeout, self.stripes))
+        return (_new_process_synchronizer,
+                (self.path, self.timeout, self.stripes, self.warn_after))
 
     def __repr__(self) -> str:
         return (
             f"ProcessSynchronizer({self.path!r}, timeout={self.timeout!r}, "
-            f"stripes={self.stripes!r})"
+            f"stripes={self.stripes!r}, warn_after={self.warn_after!r})"
         )
 
 
 def _new_process_synchronizer(
-    path: str, timeout: float | None, stripes: int | None
+    path: str, timeout: float | None, stripes: int | None,
+    warn_after: float | None = WARN_AFTER,
 ) -> ProcessSynchronizer:
-    return ProcessSynchronizer(path, timeout=timeout, stripes=stripes)
+    return ProcessSynchronizer(path, timeout=timeout, stripes=stripes, warn_after=warn_after)
 
 
 # -------------------------------------------------------------------- Redis
-_REDIS_POLL = 0.002  # seconds between attempts on a held Redis lock
+#: Between a lock's key and the suffix naming what its Redis key holds.  No
+#: RedisStore key contains "//" (keys are normalized), and every lock name
+#: ends with ``LOCK_SEPARATOR + something``: whatever the two prefixes, a
+#: synchronizer's Redis key is never a store's ``prefix:key``.
+LOCK_SEPARATOR = "//"
+_LOCK, _QUEUE, _ALIVE = "lock", "queue", "waiting"
+_TOKENS = LOCK_SEPARATOR + "tokens"  # the counter of one synchronizer prefix
+
+# Take the lock if it is free, else queue the caller.  A lock released while
+# others wait is not deleted but left as FREE for a moment, reserved for the
+# first in line; only when that one does not come (or a lease ran out) can
+# any asker take it.  KEYS: the lock, its queue (waiter -> ticket), its
+# waiters' deadlines (waiter -> server ms), the prefix's token counter.
+# ARGV: the waiter's id, the lease and how long a waiter that stops asking
+# keeps its place (ms).  Returns {token, 0} when granted, else {0, the
+# caller's place in line (0: next)}.
+_ACQUIRE = """
+if redis.replicate_commands then redis.replicate_commands() end
+local holder = redis.call('GET', KEYS[1])
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  -- A new counter starts at the server's time in microseconds: larger than
+  -- every token a counter lost with a restart or a flush ever handed out.
+  local started = redis.call('TIME')
+  redis.call('SET', KEYS[4], started[1] .. string.format('%06d', tonumber(started[2])))
+end
+local function grant()
+  local token = redis.call('INCR', KEYS[4])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])  -- the waiter's id: unique
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  return {token, 0}
+end
+if not holder then return grant() end
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+for i = 1, #gone, 500 do
+  local batch = {unpack(gone, i, math.min(i + 499, #gone))}
+  redis.call('ZREM', KEYS[3], unpack(batch))
+  redis.call('ZREM', KEYS[2], unpack(batch))
+end
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])
+end
+local keep = tonumber(ARGV[3])
+redis.call('ZADD', KEYS[3], now + keep, ARGV[1])
+if holder == 'FREE' and redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[1] then
+  return grant()
+end
+redis.call('PEXPIRE', KEYS[2], 2 * keep)
+redis.call('PEXPIRE', KEYS[3], 2 * keep)
+return {0, redis.call('ZRANK', KEYS[2], ARGV[1])}
+"""
+# Leave the queue (a waiter that gives up).  KEYS: queue, deadlines.  ARGV: waiter id.
+_LEAVE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
+"""
+# Renew the lease (ARGV[2] ms) if the caller still holds the lock (ARGV[1],
+# its value).  Returns 1 if it did, 0 if the lock is gone or another's.
+_RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+# Release the lock if the caller still holds it: reserved for the next in
+# line for ARGV[2] ms if some writer waits (KEYS[2], the queue), else deleted.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('SET', KEYS[1], 'FREE', 'PX', ARGV[2])
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
+
+#: Milliseconds a released lock waits for the first in line before any
+#: asker may take it: the next in line asks every half millisecond, so only
+#: a waiter that is not running (paused, swapped out) misses its turn.
+_RESERVED_MS = 50
+_REDIS_POLL = 0.002  # seconds before the first retry on a held Redis lock
+_REDIS_MAX_POLL = 0.01  # and at most this long between retries
+_REDIS_NEXT_POLL = 0.0005  # between the retries of the waiter next in line
+#: Renewals per lease: a holder renews after a third of it has passed, so
+#: two renewals in a row can be late or lost before the lease runs out.
+RENEWALS_PER_LEASE = 3
+_WATCHDOG_LINGER = 5.0  # seconds a renewal thread with no lock to renew waits for one
 
 
 class RedisLock:
-    """The lock of one key of a ``RedisSynchronizer``: a Redis key with a lease."""
+    """The lock of one key of a ``RedisSynchronizer``: a Redis key with a lease.
 
-    def __init__(self, key: str, lock: Any, timeout: float | None,
+    Once acquired, ``token`` is its fencing token: a number that grows with
+    every grant of any lock of the synchronizer's prefix, so a later holder
+    of this lock always has a larger one.  The counter starts at the Redis
+    server's time in microseconds, so tokens keep growing across a restart
+    of a server without persistence (or a ``FLUSHALL``).  While it is held, the
+    synchronizer renews its lease in the background; ``check()`` raises
+    ``LeaseExpiredError`` once a renewal failed or came too late.
+    """
+
+    def __init__(self, key: str, base: str, timeout: float | None,
                  owner: RedisSynchronizer) -> None:
         self.key = key
-        self.name = lock.name
-        self._lock = lock
+        self.name = base + LOCK_SEPARATOR + _LOCK
+        self._keys = [self.name, base + LOCK_SEPARATOR + _QUEUE,
+                      base + LOCK_SEPARATOR + _ALIVE, owner.prefix + _TOKENS]
         self._timeout = timeout
         self._owner = owner
+        self.token: int | None = None
+        self._value = ""
+        self._valid_until = 0.0  # time.monotonic() when the lease may have run out
+        self._lost: str | None = None  # why the lease is known to be lost
+        self._renewal_failed = False  # the last renewal raised (warned once per streak)
 
     def acquire(self, timeout: float | None = None) -> None:
-        """Wait for the lock; ``timeout`` (default: the synchronizer's) bounds the wait."""
+        """Wait for the lock; ``timeout`` (default: the synchronizer's) bounds the wait.
+
+        Waiters are served first come, first served: a released lock is
+        kept for the first in line for a moment (50 ms), and a waiter gets
+        the lock after the writers that queued before it.  A waiter that
+        stops asking for 2 s loses its place (a paused or dead one), and one
+        that does not come for its turn within the moment lets any asker in.
+        """
+        if self.token is not None:
+            raise RuntimeError(f"the Redis lock {self.name!r} is already held by this object")
         timeout = self._timeout if timeout is None else timeout
-        acquired = self._owner._call(
-            functools.partial(self._lock.acquire, blocking=True, blocking_timeout=timeout))
+        owner = self._owner
+        waiter = os.urandom(12).hex()
+        delay = [_REDIS_POLL]
+
+        def attempt(seconds: float | None) -> bool:
+            deadline = _Deadline(seconds)
+            while True:
+                sent = time.monotonic()
+                token, place = owner._script(_ACQUIRE, self._keys, waiter,
+                                             owner._lease_ms, owner._keep_ms)
+                if token:
+                    self._granted(waiter, int(token), sent)
+                    return True
+                left = deadline.left()
+                if left is not None and left <= 0:
+                    return False
+                # The next in line asks often, so a released lock is not left
+                # idle, and the one after it nearly as often (it is next as
+                # soon as the lock changes hands); the others back off.
+                pause = _REDIS_NEXT_POLL * (1 + 3 * place) if place < 2 else delay[0]
+                time.sleep(pause if left is None else min(pause, left))
+                delay[0] = min(delay[0] * 2, _REDIS_MAX_POLL)
+
+        try:
+            acquired = _wait_for(attempt, timeout, owner.warn_after,
+                                 lambda: f"the Redis lock {self.name!r} of key {self.key!r}")
+        except BaseException:
+            self._leave(waiter)
+            raise
         if not acquired:
+            self._leave(waiter)
             raise LockTimeoutError(
                 f"could not lock key {self.key!r} within {timeout} s: the Redis lock "
-                f"{self.name!r} on {self._owner._describe()} is held by another writer"
+                f"{self.name!r} on {owner._describe()} is held by another writer"
+            )
+
+    def _leave(self, waiter: str) -> None:
+        try:
+            self._owner._script(_LEAVE, self._keys[1:3], waiter)
+        except Exception:  # the place expires anyway; keep the first error
+            logger.debug("could not leave the queue of %s", self.name, exc_info=True)
+
+    def _granted(self, waiter: str, token: int, sent: float) -> None:
+        self.token = token
+        self._value = waiter
+        self._lost = None
+        self._valid_until = sent + self._owner.lease
+        self._owner._watchdog.hold(self)
+
+    def _renew(self) -> None:
+        """Extend the lease (called by the watchdog); mark the lock lost if that fails."""
+        owner = self._owner
+        sent = time.monotonic()
+        if sent >= self._valid_until:  # too late: another writer may hold it by now
+            self._lost = (f"no renewal reached {owner._describe()} within its {owner.lease} s "
+                          "lease")
+            return
+        try:
+            renewed = owner._script(_RENEW, self._keys[:1], self._value, owner._lease_ms)
+        except (ZStoresError, OSError) as error:  # the lease runs out; check() says so
+            log = logger.debug if self._renewal_failed else logger.warning
+            self._renewal_failed = True
+            log("could not renew the lease of the Redis lock %r (retrying until it runs "
+                "out): %s", self.name, error)
+            return
+        self._renewal_failed = False
+        if not renewed:
+            self._lost = "it was gone from Redis when its holder renewed it"
+        elif self._lost is None:
+            self._valid_until = sent + owner.lease
+
+    def check(self) -> None:
+        """Raise ``LeaseExpiredError`` if the lease may have run out.
+
+        ``synchronized()`` calls it before every write it makes under the
+        lock, so a holder whose renewals failed or came late (a paused
+        process, a cut network) stops before it touches the store.
+
+        Raises
+        ------
+        LeaseExpiredError
+            If the lock is not held, or its lease was lost or may have run out.
+        """
+        if self.token is None:
+            raise LeaseExpiredError(f"the Redis lock {self.name!r} (key {self.key!r}) is not held")
+        if self._lost is None and time.monotonic() >= self._valid_until:
+            self._lost = (f"no renewal reached {self._owner._describe()} within its "
+                          f"{self._owner.lease} s lease")
+        if self._lost is not None:
+            raise LeaseExpiredError(
+                f"the lease of the Redis lock {self.name!r} (key {self.key!r}, token "
+                f"{self.token}) is lost: {self._lost}; another writer may hold it now, so "
+                "nothing more is written under it"
             )
 
     def release(self) -> None:
@@ -471,16 +756,19 @@ class RedisLock:
         LeaseExpiredError
             If the lease ran out while the lock was held.
         """
-        from redis.exceptions import LockNotOwnedError
-
-        try:
-            self._owner._call(self._lock.release)
-        except LockNotOwnedError:
+        if self.token is None:
+            raise RuntimeError(f"the Redis lock {self.name!r} is not held")
+        owner = self._owner
+        owner._watchdog.drop(self)
+        token, self.token = self.token, None
+        released = owner._script(_RELEASE, self._keys[:2], self._value, _RESERVED_MS)
+        if not released:
             raise LeaseExpiredError(
-                f"the lease of the Redis lock {self.name!r} (key {self.key!r}) expired "
-                f"after {self._lock.timeout} s while it was held, so another writer may "
-                "have written at the same time: give RedisSynchronizer a longer lease="
-            ) from None
+                f"the lease of the Redis lock {self.name!r} (key {self.key!r}, token {token}) "
+                f"expired after {owner.lease} s while it was held, so another writer may "
+                "have written at the same time: use synchronized(..., fenced=True), or give "
+                "RedisSynchronizer a longer lease="
+            )
 
     def __enter__(self) -> Self:
         self.acquire()
@@ -490,16 +778,95 @@ class RedisLock:
         self.release()
 
 
+class _Watchdog:
+    """Renews the leases of the locks a synchronizer holds in this process.
+
+    One daemon thread per synchronizer, started with its first lock and
+    ended when it has held none for a few seconds; each lock is renewed once
+    a third of its lease has passed since it was granted or last renewed.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self._interval = interval
+        self._held: dict[int, RedisLock] = {}
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._sleep_until = 0.0  # time.monotonic() the thread sleeps until (0: awake)
+        self._pid = os.getpid()
+
+    def hold(self, lock: RedisLock) -> None:
+        with self._wake:
+            if self._pid != os.getpid():  # a forked child: the parent's thread is not here
+                self._held, self._thread, self._pid = {}, None, os.getpid()
+            self._held[id(lock)] = lock
+            if self._renew_time(lock) < self._sleep_until:
+                self._wake.notify()  # due before the thread wakes: it works out its sleep again
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="zstores-lease-renewal",
+                                                daemon=True)
+                self._thread.start()
+
+    def drop(self, lock: RedisLock) -> None:
+        with self._wake:
+            self._held.pop(id(lock), None)
+
+    def _renew_time(self, lock: RedisLock) -> float:
+        """When ``lock`` is due for renewal: a third of its lease after the last one."""
+        return lock._valid_until - self._interval * (RENEWALS_PER_LEASE - 1)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                if not self._held:
+                    # Linger a little: a writer takes and releases locks in a
+                    # row, and a thread started for each would cost more than
+                    # the lock itself.
+                    end = self._sleep_until = time.monotonic() + _WATCHDOG_LINGER
+                    while not self._held and time.monotonic() < end:
+                        self._wake.wait(end - time.monotonic())
+                    if not self._held:
+                        self._thread = None
+                        return
+                    continue
+                self._sleep_until = min(map(self._renew_time, self._held.values()))
+                wait = self._sleep_until - time.monotonic()
+                if wait > 0:
+                    self._wake.wait(wait)
+                    continue
+                self._sleep_until = 0.0  # awake: hold() need not wake it
+                now = time.monotonic()
+                renew = [lock for lock in self._held.values()
+                         if lock._lost is None and self._renew_time(lock) <= now]
+                lost = [key for key, lock in self._held.items() if lock._lost is not None]
+                for key in lost:  # nothing left to renew; check() and release() report it
+                    del self._held[key]
+            before = [lock._valid_until for lock in renew]
+            for lock in renew:
+                lock._renew()
+            if any(lock._lost is None and lock._valid_until == was
+                   for lock, was in zip(renew, before, strict=True)):
+                # A renewal failed (server unreachable): try again soon, not in a spin.
+                time.sleep(min(self._interval / 4, 0.1))
+
+
 class RedisSynchronizer:
-    """Locks per key in a Redis server, for writers on several machines.
+    """Fair locks per key in a Redis server, with leases and fencing tokens.
 
     ``sync[key]`` returns a lock usable as a context manager (zarr-python 2's
-    ``synchronizer=`` protocol), held as the Redis key ``prefix + key`` with
-    a lease: a writer that dies without releasing it blocks the others for
-    at most ``lease`` seconds.  A lock held longer than its lease is lost, and
-    its release raises ``LeaseExpiredError``: choose a lease well above the
-    longest write of one region.  The synchronizer pickles to its URL and
+    ``synchronizer=`` protocol), held as the Redis key ``prefix + key +
+    "//lock"`` with a lease.  While the holder runs, a thread renews the
+    lease every third of it; a writer that dies or stops blocks the others
+    for at most ``lease`` seconds.  Waiters get the lock in the order they
+    asked for it.  Every grant carries a fencing token (``lock.token``)
+    larger than any before it, which ``synchronized(..., fenced=True)``
+    checks inside the data store's transactions, so a holder that lost its
+    lease never lands a write.  The synchronizer pickles to its URL and
     options; each process opens its own connection.
+
+    Lock keys contain ``//``, which no ``RedisStore`` key does, so they are
+    never a store's key whatever the prefixes; ``synchronized()`` refuses a
+    synchronizer prefix under which a store on the same server would list
+    them (``RedisStore(prefix="p")`` with ``prefix="p:"``).
 
     Parameters
     ----------
@@ -508,18 +875,22 @@ class RedisSynchronizer:
     prefix : str
         Prepended to every key; use one per dataset when several share a server.
     lease : float
-        Seconds after which a lock that was not released expires.
+        Seconds after which a lock whose holder stopped renewing it expires.
     timeout : float or None
-        Seconds to wait for a lock before ``LockTimeoutError``; ``None`` waits forever.
+        Seconds to wait for a lock before ``LockTimeoutError``; ``None`` waits
+        as long as it takes (logging a warning every ``warn_after`` seconds).
+    warn_after : float or None
+        Seconds of waiting for one lock between warnings on the
+        ``zstores.sync`` logger; ``None``: no warnings.
 
     Examples
     --------
     >>> import zstores
     >>> sync = zstores.RedisSynchronizer("redis://127.0.0.1:6379/0", lease=30)
     >>> sync.lock_name("data/0.0")
-    'zstores:lock:data/0.0'
-    >>> with sync["data/0.0"]:  # doctest: +SKIP
-    ...     pass  # read, modify and write the chunk "data/0.0"
+    'zstores:lock:data/0.0//lock'
+    >>> with sync["data/0.0"] as lock:  # doctest: +SKIP
+    ...     pass  # read, modify and write the chunk "data/0.0"; lock.token is its token
     """
 
     def __init__(
@@ -529,6 +900,7 @@ class RedisSynchronizer:
         prefix: str = "zstores:lock:",
         lease: float = 60.0,
         timeout: float | None = None,
+        warn_after: float | None = WARN_AFTER,
     ) -> None:
         if not isinstance(url, str) or "://" not in url:
             raise ValueError(f"invalid url {url!r}: expected a redis:// URL")
@@ -541,8 +913,16 @@ class RedisSynchronizer:
         self.prefix = prefix
         self.lease = lease
         self.timeout = _check_timeout(timeout)
+        self.warn_after = _check_warn_after(warn_after)
+        self._lease_ms = max(1, round(lease * 1000))
+        # A waiter keeps its place while it asks at least this often (it asks
+        # every 10 ms at most; the margin covers a slow scheduler).  A waiter
+        # that died first in line holds the others up for this long.
+        self._keep_ms = 2000
         self._client: Any = None
+        self._scripts: dict[str, Any] = {}
         self._mutex = threading.Lock()
+        self._watchdog = _Watchdog(lease / RENEWALS_PER_LEASE)
 
     def _redis(self) -> Any:
         with self._mutex:
@@ -555,6 +935,13 @@ class RedisSynchronizer:
                     ) from None
                 self._client = redis.Redis.from_url(self.url)
             return self._client
+
+    def _script(self, source: str, keys: list[str], *args: Any) -> Any:
+        """Run a Lua script (cached by its SHA on the server), errors typed."""
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = self._redis().register_script(source)
+        return self._call(functools.partial(script, keys=keys, args=list(args)))
 
     def _describe(self) -> str:
         return redact_url(self.url)
@@ -574,8 +961,7 @@ class RedisSynchronizer:
         The translation is RedisStore's (``StoreConnectionError`` when the
         server cannot be reached or refuses the credentials, ``StoreIOError``
         when it refuses a command ...), with no password in the message or
-        in any chained exception.  Lock errors of redis-py (a lease that
-        expired) pass through for ``RedisLock`` to explain.
+        in any chained exception.
         """
         from redis import exceptions
 
@@ -590,26 +976,33 @@ class RedisSynchronizer:
                          exceptions.ResponseError)
         return call_translating(call, driver_errors, translate, self._secrets)
 
+    def server(self) -> tuple[Any, ...]:
+        """Which server and database the locks live in: ``(host and port or socket, db)``."""
+        options = self._redis().connection_pool.connection_kwargs
+        return (options.get("path") or (options.get("host"), options.get("port")),
+                options.get("db", 0))
+
     def lock_name(self, key: str) -> str:
         """The Redis key of ``key``'s lock."""
-        return self.prefix + _check_key(key)
+        return self.prefix + _check_key(key) + LOCK_SEPARATOR + _LOCK
 
     def __getitem__(self, key: str) -> RedisLock:
-        name = self.lock_name(key)
-        lock = self._redis().lock(name, timeout=self.lease, sleep=_REDIS_POLL, thread_local=False)
-        return RedisLock(key, lock, self.timeout, self)
+        return RedisLock(key, self.prefix + _check_key(key), self.timeout, self)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_new_redis_synchronizer, (self.url, self.prefix, self.lease, self.timeout))
+        return (_new_redis_synchronizer,
+                (self.url, self.prefix, self.lease, self.timeout, self.warn_after))
 
     def __repr__(self) -> str:
         return (
             f"RedisSynchronizer({self._describe()!r}, prefix={self.prefix!r}, "
-            f"lease={self.lease!r}, timeout={self.timeout!r})"
+            f"lease={self.lease!r}, timeout={self.timeout!r}, warn_after={self.warn_after!r})"
         )
 
 
 def _new_redis_synchronizer(
-    url: str, prefix: str, lease: float, timeout: float | None
+    url: str, prefix: str, lease: float, timeout: float | None,
+    warn_after: float | None = WARN_AFTER,
 ) -> RedisSynchronizer:
-    return RedisSynchronizer(url, prefix=prefix, lease=lease, timeout=timeout)
+    return RedisSynchronizer(url, prefix=prefix, lease=lease, timeout=timeout,
+                             warn_after=warn_after)
