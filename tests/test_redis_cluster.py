@@ -14,7 +14,7 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
-from zstores.errors import StoreURLError, UnsupportedOperationError
+from zstores.errors import StoreConnectionError, StoreURLError, UnsupportedOperationError
 from zstores.stores.redis import RedisClusterStore, RedisStore, glob_escape
 from zstores.stores.redis_cluster import split_cluster_url
 from zstores.testing import StoreTests
@@ -318,3 +318,35 @@ TestZarr3SuiteClusterSpread = run_async_tests(
     type("TestZarr3SuiteClusterSpread", (ClusterSuite,), {}))
 TestZarr3SuiteClusterTagged = run_async_tests(
     type("TestZarr3SuiteClusterTagged", (ClusterSuite,), {"tagged": True}))
+
+
+# ----------------------------------------------------------------- a primary down
+def test_a_dead_primary_is_a_typed_error_and_the_store_answers_again(private_redis_cluster):
+    """A primary killed (no replicas): its keys and every listing raise StoreConnectionError,
+    never a partial answer; once it is back the same store handle works again."""
+    cluster = private_redis_cluster()
+    values = {f"k{i}": b"%d" % i for i in range(60)}
+    store = open_store(f"{cluster.url}?prefix=zc-kill", mode="w", connect_timeout=2)
+    try:
+        store.setitems(values)
+        victim = cluster.nodes[0]
+        with closing(raw_client(cluster.url)) as client:
+            owned = [key for key in values
+                     if client.get_node_from_key(f"zc-kill:{key}").port == victim.port]
+        others = sorted(set(values) - set(owned))
+        assert owned and others
+        victim.kill()
+        with pytest.raises(StoreConnectionError, match="RedisClusterStore"):
+            store[owned[0]]
+        with pytest.raises(StoreConnectionError):
+            store.getitems(list(values))
+        with pytest.raises(StoreConnectionError):
+            len(store)  # a listing needs every primary: no count of two thirds
+        victim.start()  # no persistence: its keys are gone, its slots are back
+        cluster.wait_ok()
+        store["after"] = b"1"
+        assert store["after"] == b"1"
+        assert store.getitems(others) == {key: values[key] for key in others}
+        assert len(store) == len(others) + 1
+    finally:
+        store.close()

@@ -866,11 +866,14 @@ class RedisClusterStore(RedisStore):
 
     Examples
     --------
-    >>> from zstores import open_store                               # doctest: +SKIP
-    >>> store = open_store("redis+cluster://10.0.0.1:7000,10.0.0.2:7000/?prefix=%7Bzarr%7D")
-    ...                                                              # doctest: +SKIP
-    >>> store.supports_transactions                                  # doctest: +SKIP
-    True
+    >>> from zstores import open_store                                      # doctest: +SKIP
+    >>> store = open_store("redis+cluster://127.0.0.1:7000/?prefix=%7Bdemo%7D", mode="w")
+    ...                                                                     # doctest: +SKIP
+    >>> store.setitems({"a/0": b"1", "a/1": b"2"})                          # doctest: +SKIP
+    >>> type(store).__name__, store.supports_transactions, sorted(store.listdir("a"))
+    ...                                                                     # doctest: +SKIP
+    ('RedisClusterStore', True, ['0', '1'])
+    >>> store.clear(); store.close()                                        # doctest: +SKIP
     """
 
     supports_snapshots = False

@@ -28,12 +28,16 @@ from ..errors import StoreURLError
 
 __all__ = [
     "CLUSTER_SCHEMES",
+    "HASH_SLOTS",
     "is_cluster_node",
     "primaries_for",
     "scan_pages",
     "split_cluster_url",
     "store_hash_tag",
 ]
+
+#: The number of hash slots of every Redis Cluster.
+HASH_SLOTS = 16384
 
 #: URL schemes naming a Redis Cluster, and the scheme of one node's URL.
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -120,10 +124,25 @@ def is_cluster_node(client: Any) -> bool:
 
 
 def primaries_for(cluster: Any, tag: str | None) -> list[Any]:
-    """The primaries a listing must SCAN: the one owning ``tag``'s slot, else all."""
+    """The primaries a listing must SCAN: the one owning ``tag``'s slot, else all.
+
+    "All" is the owners of the 16,384 slots in the client's map, not its list
+    of nodes: a listing that skipped a slot's owner would answer with part of
+    the store.  A slot no node serves raises redis-py's ``SlotNotCoveredError``.
+    """
     if tag is not None:
         return [cluster.get_node_from_key("{" + tag + "}")]
-    return list(cluster.get_primaries())
+    import redis
+
+    owners: dict[str, Any] = {}
+    slots = cluster.nodes_manager.slots_cache  # slot -> [primary, replicas...]
+    for slot in range(HASH_SLOTS):
+        nodes = slots.get(slot)
+        if not nodes:
+            raise redis.exceptions.SlotNotCoveredError(
+                f"slot {slot} is not served by any node the client knows of")
+        owners.setdefault(nodes[0].name, nodes[0])
+    return list(owners.values())
 
 
 def scan_pages(cluster: Any, nodes: list[Any], pattern: bytes, count: int) -> Iterator[list[bytes]]:
