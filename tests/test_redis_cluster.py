@@ -350,3 +350,62 @@ def test_a_dead_primary_is_a_typed_error_and_the_store_answers_again(private_red
         assert len(store) == len(others) + 1
     finally:
         store.close()
+
+
+# ------------------------------------------------ connections per process, not per store
+def connected_clients(ports: list[int]) -> int:
+    """Clients connected to these servers, less the one asking each."""
+    total = 0
+    for port in ports:
+        with closing(redis.Redis(port=port)) as admin:
+            total += admin.info("clients")["connected_clients"] - 1
+    return total
+
+
+@pytest.mark.parametrize("kind", ["server", "cluster"])
+def test_unpickled_stores_share_one_client_and_connect_on_first_use(
+        kind, private_redis, private_redis_cluster):
+    """50 stores unpickled in one process (a dask worker's tasks): no connection until
+    used, then one pool among them; before, each opened its own."""
+    if kind == "server":
+        server = private_redis()
+        url, ports = f"{server.url()}?prefix=zc-share", [server.port]
+    else:
+        cluster = private_redis_cluster()
+        url, ports = f"{cluster.url}?prefix=zc-share", [node.port for node in cluster.nodes]
+    store = open_store(url, mode="w")
+    store.setitems({f"k{i}": b"v" for i in range(30)})
+    blob = pickle.dumps(store)
+    store.close()
+    assert connected_clients(ports) == 0
+    copies = [pickle.loads(blob) for _ in range(50)]
+    assert connected_clients(ports) == 0  # unpickling never connects
+    for copy in copies:
+        assert copy.getitems(["k1", "k7", "k20"]) == {"k1": b"v", "k7": b"v", "k20": b"v"}
+    # One connection per server, used in turn by the 50 (a cluster client also
+    # keeps the connection it learnt the layout through).
+    assert connected_clients(ports) <= 2 * len(ports)
+    assert len({id(copy.client) for copy in copies}) == 1
+    for copy in copies:
+        copy.close()
+    assert connected_clients(ports) == 0  # the last store closed closes the client
+
+
+@pytest.mark.parametrize("placement", ["spread", "{tagged}"])
+def test_max_connections_below_the_adapter_threads_is_refused(cluster_url, placement):
+    from zstores._concurrency import ADAPTER_THREADS
+
+    url = url_with_prefix(cluster_url, f"zc-pool-{placement}")
+    with pytest.raises(StoreURLError, match=rf"max_connections=2 is below {ADAPTER_THREADS}\b"):
+        open_store(f"{url}&max_connections=2")
+    zarr = pytest.importorskip("zarr")
+    from zstores.adapters import zarr_store
+
+    # At the minimum a zarr write of many chunks goes through (below it, it failed
+    # part-way with "Too many connections").
+    with open_store(f"{url}&max_connections={ADAPTER_THREADS}", mode="w") as store:
+        array = zarr.create_array(zarr_store(store), shape=(200, 200), chunks=(10, 10),
+                                  dtype="f8", zarr_format=3)
+        array[:] = np.ones((200, 200))
+        assert float(array[:].sum()) == 40_000.0
+        store.clear()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import functools
 import inspect
+import os
 import re
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote
 
+from .._concurrency import ADAPTER_THREADS
 from ..base import Buffer, Mode, Store, Version
 from ..errors import (
     StoreConnectionError,
@@ -201,6 +204,91 @@ def client_url_options(scheme: str) -> frozenset[str]:
 def glob_escape(text: bytes) -> bytes:
     """Escape SCAN MATCH's glob syntax so ``text`` matches only itself."""
     return _GLOB.sub(rb"\\\1", text)
+
+
+def _close_client(client: Any) -> None:
+    """Close a client the store made, and every connection it opened.
+
+    ``RedisCluster.close`` closes each node's client but not its pool (a
+    client given a pool leaves it open), so the connections stayed open.
+    """
+    client.close()
+    nodes_manager = getattr(client, "nodes_manager", None)
+    if nodes_manager is not None:
+        for node in list(nodes_manager.nodes_cache.values()):
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
+
+
+# True while _unpickle builds a store: it then shares its client (_SharedClient).
+_UNPICKLING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "zstores_redis_unpickling", default=False)
+
+
+def _unpickle(cls: type[RedisStore], params: dict[str, Any], mode: str) -> RedisStore:
+    """A pickled store reopened: no connection now, one client per URL and options."""
+    token = _UNPICKLING.set(True)
+    try:
+        return cls(**params, mode=mode)  # type: ignore[arg-type]
+    finally:
+        _UNPICKLING.reset(token)
+
+
+class _SharedClient:
+    """One client (one connection pool) per URL and options for the stores
+    unpickled in a process: a dask worker unpickling a store per task opens
+    one pool, not one per task, and a scheduler that only moves the tasks
+    opens none (the client is made on first use).  Counted: the last store
+    closed closes it.  Entries are forgotten in a forked child, whose copies
+    of the parent's sockets must not be shared.
+    """
+
+    _entries: ClassVar[dict[Any, _SharedClient]] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, key: Any, make: Any) -> None:
+        self._key, self._make = key, make
+        self._client: Any = None
+        self._users = 0
+        self._making = threading.Lock()
+
+    @classmethod
+    def acquire(cls, key: Any, make: Any) -> _SharedClient:
+        with cls._lock:
+            entry = cls._entries.get(key)
+            if entry is None:
+                entry = cls._entries[key] = cls(key, make)
+            entry._users += 1
+            return entry
+
+    def client(self) -> Any:
+        client = self._client
+        if client is None:
+            with self._making:
+                if self._client is None:
+                    self._client = self._make()
+                client = self._client
+        return client
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users > 0:
+                return
+            if self._entries.get(self._key) is self:
+                del self._entries[self._key]
+        if self._client is not None:
+            _close_client(self._client)
+            self._client = None
+
+    @classmethod
+    def after_fork(cls) -> None:
+        cls._entries = {}
+        cls._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_SharedClient.after_fork)
 
 
 def _names_cluster(url: Any) -> bool:
@@ -404,13 +492,23 @@ class RedisStore(Store):
                                redis.exceptions.RedisClusterException)
         self._response_errors = redis.exceptions.ResponseError
         self._url: str | None = None
-        self._client: Any = None
+        self._client_now: Any = None  # see the _client property
+        self._shared: _SharedClient | None = None
         self._committer: Any = None  # the client commits use (_commit_client)
         if isinstance(url, str):
             self._url = url
             self._owns_client = True
             self._where = redact_url(url)
-            self._client = self._client_from_url(redis, url, client_kwargs)
+            if _UNPICKLING.get():
+                # Checked when the original store opened: share this process's
+                # client for the URL and options, connected on first use.
+                self._owns_client = False
+                self._shared = _SharedClient.acquire(
+                    (type(self), url, repr(sorted(client_kwargs.items()))),
+                    functools.partial(self._client_from_url, redis, url, client_kwargs))
+                self._committer = self._commit_client(redis)
+                return
+            self._client_now = self._client_from_url(redis, url, client_kwargs)
         elif isinstance(url, self._client_class(redis)):
             if client_kwargs:
                 raise ValueError(
@@ -418,7 +516,7 @@ class RedisStore(Store):
                     f"is built from a URL, not from a ready {type(url).__name__} client"
                 )
             self._owns_client = False
-            self._client = url
+            self._client_now = url
             self._where = self._redacted_url()
         else:
             raise TypeError(f"url must be a str, a redis.Redis or a redis.RedisCluster client, "
@@ -426,20 +524,41 @@ class RedisStore(Store):
         if self._connection_kwargs().get("decode_responses"):
             raise ValueError(
                 "RedisStore needs a client with decode_responses=False (values are bytes)")
-        self._range = self._client.register_script(_RANGE_SCRIPT)
-        self._stat_script = self._client.register_script(_STAT_SCRIPT)
         # Made now (no connection until a commit), not at the first commit:
         # two threads committing at once would each make one.
         self._committer = self._commit_client(redis)
         try:
+            self._check_pool_size()
             self._ping()
             if self._mode in ("r", "r+", "w-"):
                 self._check_existence(self._exists())
             self._clear_if_mode_w()
         except BaseException:
             if self._owns_client:
-                self._client.close()
+                _close_client(self._client)
             raise
+
+    @property
+    def _client(self) -> Any:
+        """The redis-py client; a store unpickled in this process gets the shared one
+        (``_SharedClient``) on first use."""
+        client = self._client_now
+        if client is None and self._shared is not None:
+            client = self._client_now = self._shared.client()
+        return client
+
+    @functools.cached_property
+    def _range(self) -> Any:
+        return self._client.register_script(_RANGE_SCRIPT)
+
+    @functools.cached_property
+    def _stat_script(self) -> Any:
+        return self._client.register_script(_STAT_SCRIPT)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Unpickled through _unpickle: no connection, and a client shared per process.
+        params = self._params()
+        return (_unpickle, (type(self), params, self._mode_after_pickle()))
 
     # ------------------------------------------------------------- opening
     def _client_class(self, redis: Any) -> type:
@@ -449,6 +568,25 @@ class RedisStore(Store):
     def _connection_kwargs(self) -> dict[str, Any]:
         """The options every connection of the client is made with."""
         return self._client.connection_pool.connection_kwargs  # type: ignore[no-any-return]
+
+    def _pool_limit(self) -> int | None:
+        """The most connections the client opens to one server (None: redis-py's default)."""
+        return self._client.connection_pool.max_connections  # type: ignore[no-any-return]
+
+    def _check_pool_size(self) -> None:
+        """Refuse a connection pool smaller than the threads the adapters call the store from.
+
+        redis-py's pool raises ``MaxConnectionsError`` for a call beyond
+        ``max_connections`` instead of waiting, so a zarr write of many chunks
+        would fail part-way; better refused at open, naming the minimum.
+        """
+        limit = self._pool_limit()
+        if limit is not None and limit < ADAPTER_THREADS:
+            raise StoreURLError(
+                f"{self._store_name()}: max_connections={limit} is below {ADAPTER_THREADS}, the "
+                "threads zstores' zarr adapter calls a store from at once here (min(32, cores + "
+                "4)), whose calls beyond the pool would fail with 'Too many connections': give "
+                f"max_connections={ADAPTER_THREADS} or more, or leave it out")
 
     def _client_from_url(self, redis: Any, url: str, client_kwargs: dict[str, Any]) -> Any:
         """A client for ``url``, its options checked against what redis-py takes."""
@@ -529,7 +667,8 @@ class RedisStore(Store):
     def _secrets(self) -> list[str]:
         """Every password this store knows of, to keep out of messages."""
         secrets = secrets_of(self._url) if self._url else []
-        if self._client is not None:
+        # _client_now: never make a shared client just to word an error about it.
+        if self._client_now is not None:
             password = self._connection_kwargs().get("password")
             if password:
                 secrets.append(password)
@@ -795,8 +934,10 @@ class RedisStore(Store):
     @network_errors_as
     def _close(self) -> None:
         self._close_committers()
-        if self._owns_client:
-            self._client.close()
+        if self._shared is not None:
+            self._shared.release()
+        elif self._owns_client:
+            _close_client(self._client)
 
     def _close_committers(self) -> None:
         if self._committer is not None:
@@ -903,6 +1044,10 @@ class RedisClusterStore(RedisStore):
 
     def _connection_kwargs(self) -> dict[str, Any]:
         return self._client.get_connection_kwargs()  # type: ignore[no-any-return]
+
+    def _pool_limit(self) -> int | None:
+        # Per node; None: redis-py's default for a cluster (100 per node).
+        return self._connection_kwargs().get("max_connections")
 
     def _client_from_url(self, redis: Any, url: str, client_kwargs: dict[str, Any]) -> Any:
         """Probe a seed node (bounded by ``connect_timeout``), then make the cluster client.
