@@ -409,3 +409,26 @@ def test_max_connections_below_the_adapter_threads_is_refused(cluster_url, place
         array[:] = np.ones((200, 200))
         assert float(array[:].sum()) == 40_000.0
         store.clear()
+
+
+# ----------------------------------------------------------------- the command line
+def test_zstores_cp_to_and_from_the_cluster(cluster_url, tmp_path):
+    from cli_helpers import zstores_cmd
+
+    values = {f"g/a/{i}": bytes([i]) * (i + 1) for i in range(40)} | {"g/.zgroup": b"{}"}
+    source = f"sqlite://{tmp_path}/src.sqlite"
+    with open_store(source, mode="w") as store:
+        store.setitems(values)
+    cluster = url_with_prefix(cluster_url, "zc-cli")
+    back = f"sqlite://{tmp_path}/back.sqlite"
+    try:
+        there = zstores_cmd("cp", source, cluster)
+        assert (there.code, there.err) == (0, ""), there
+        assert "41 of 41 keys verified" in there.out
+        with open_store(cluster, mode="r") as store:
+            assert dict(store.items()) == values
+        assert zstores_cmd("cp", cluster, back, "--jobs", "3").code == 0
+        with open_store(back, mode="r") as store:
+            assert dict(store.items()) == values
+    finally:
+        delete_prefix(cluster_url, "zc-cli")
