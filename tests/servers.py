@@ -219,15 +219,50 @@ class RedisClusterNodes:
                 return line.split(":", 1)[1].strip()
         return "down"
 
+    def synced(self, node: RedisServer) -> bool:
+        """True for a primary, and for a replica whose link to its primary is up."""
+        import redis
+
+        with contextlib.closing(redis.Redis(port=node.port, socket_timeout=5)) as client:
+            info = client.info("replication")
+        return info.get("role") == "master" or info.get("master_link_status") == "up"
+
     def wait_ok(self) -> None:
-        """Wait until every running node reports cluster_state:ok."""
+        """Wait until every running node reports cluster_state:ok and every replica is
+        in sync with its primary (one that never synced may not take over)."""
         deadline = time.monotonic() + START_SECONDS
         running = [n for n in self.nodes if n.process is not None]
-        while any(self.state(node) != "ok" for node in running):
+        while any(self.state(node) != "ok" or not self.synced(node) for node in running):
             if time.monotonic() > deadline:
                 raise AssertionError("the private Redis Cluster did not reach cluster_state:ok: "
                                      + str({n.port: self.state(n) for n in running}))
             time.sleep(0.1)
+
+    def role(self, node: RedisServer) -> tuple[str, int | None]:
+        """``("master", None)`` or ``("slave", port of its primary)`` from ``ROLE``."""
+        import redis
+
+        with contextlib.closing(redis.Redis(port=node.port, socket_timeout=5)) as client:
+            answer = client.execute_command("ROLE")
+        role = answer[0].decode() if isinstance(answer[0], bytes) else answer[0]
+        return (role, int(answer[2])) if role == "slave" else (role, None)
+
+    def primaries(self) -> list[RedisServer]:
+        return [node for node in self.nodes
+                if node.process is not None and self.role(node)[0] == "master"]
+
+    def replicas_of(self, primary: RedisServer) -> list[RedisServer]:
+        return [node for node in self.nodes if node is not primary and node.process is not None
+                and self.role(node) == ("slave", primary.port)]
+
+    def wait_promoted(self, replica: RedisServer) -> None:
+        """Wait until ``replica`` has taken over as a primary and the cluster is ok again."""
+        deadline = time.monotonic() + START_SECONDS
+        while self.role(replica)[0] != "master":
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the replica on port {replica.port} was not promoted")
+            time.sleep(0.1)
+        self.wait_ok()
 
     def kill(self) -> None:
         for node in self.nodes:

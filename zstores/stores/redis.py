@@ -1035,6 +1035,7 @@ class RedisClusterStore(RedisStore):
         self._committers: dict[tuple[str, int], Any] = {}
         self._committers_lock = threading.Lock()
         self._probed = False
+        self._layout_stale = False
         super().__init__(url, prefix=prefix, mode=mode, connect_timeout=connect_timeout,
                          **client_kwargs)
 
@@ -1139,6 +1140,7 @@ class RedisClusterStore(RedisStore):
 
         Asked at each call, so a commit after a failover goes to the new primary.
         """
+        self._refresh_layout_if_stale()
         node = self._client.get_node_from_key(name)
         address = (node.host, node.port)
         with self._committers_lock:
@@ -1176,14 +1178,36 @@ class RedisClusterStore(RedisStore):
 
     # ------------------------------------------------------------ listings
     def _pages(self, prefix: str) -> Iterator[list[bytes]]:
+        self._refresh_layout_if_stale()
         nodes = redis_cluster.primaries_for(self._client, self._tag)
         return redis_cluster.scan_pages(self._client, nodes, self._pattern(prefix), _SCAN_COUNT)
+
+    # ------------------------------------------------------------ failover
+    # SCANs and the no-retry commit clients reach a node directly, past
+    # redis-py's routing, which refreshes the slot map only when its own
+    # commands fail: after a failover they would keep asking the dead
+    # primary.  A connection failure or a cluster refusal marks the map
+    # stale, and the next call reads the layout again first.
+    def _typed_error(self, error: BaseException) -> Exception:
+        redis = _import_redis()
+        if isinstance(error, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                              redis.exceptions.ClusterError, redis.exceptions.AskError,
+                              redis.exceptions.TryAgainError,
+                              redis.exceptions.RedisClusterException)):
+            self._layout_stale = True
+        return super()._typed_error(error)
+
+    def _refresh_layout_if_stale(self) -> None:
+        if self._layout_stale:
+            self._client.nodes_manager.initialize()
+            self._layout_stale = False
 
     # ------------------------------------------------------------ batches
     @network_errors_as
     def _get_many(self, keys: list[str]) -> dict[str, bytes]:
         if not keys:
             return {}
+        self._refresh_layout_if_stale()
         values = self._client.mget_nonatomic([self._base + key for key in keys])
         return {key: value for key, value in zip(keys, values, strict=True) if value is not None}
 
@@ -1191,6 +1215,7 @@ class RedisClusterStore(RedisStore):
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
         if not items:
             return
+        self._refresh_layout_if_stale()
         groups = _groups_by_size(items, _MSET_BYTES)
         if self._tag is not None and len(groups) > 1:
             # One slot: several MSETs in one MULTI/EXEC on its primary.
@@ -1202,6 +1227,12 @@ class RedisClusterStore(RedisStore):
         for group in groups:
             # One MSET per slot, pipelined to every primary at once.
             self._client.mset_nonatomic({self._base + key: value for key, value in group})
+
+    @network_errors_as
+    def _delete_many(self, keys: list[str]) -> None:
+        if keys:
+            self._refresh_layout_if_stale()
+            self._client.delete(*[self._base + key for key in keys])  # split by slot
 
     @network_errors_as
     def _rmdir(self, prefix: str) -> None:
