@@ -385,11 +385,14 @@ class RedisStore(Store):
 
     Parameters
     ----------
-    url : str or redis.Redis
+    url : str or redis.Redis or redis.RedisCluster
         A ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL as
         ``redis.Redis.from_url`` takes it, password included
         (``redis://:secret@host:6379/0``); or a ready ``redis.Redis`` client,
-        which the store uses but never closes.
+        which the store uses but never closes.  A server in cluster mode is
+        refused at open, naming the URL to write: a ``redis+cluster://``
+        URL, or a ready ``redis.RedisCluster`` client, gives a
+        ``RedisClusterStore``.
     prefix : str
         Every key is stored as ``prefix + ":" + key`` (zarr-python 2's
         default prefix is ``"zarr"`` too).  Stores whose prefixes nest
@@ -409,7 +412,9 @@ class RedisStore(Store):
         Passed to ``redis.Redis.from_url`` (``socket_timeout``,
         ``ssl_ca_certs``, ``ssl_cert_reqs`` ...); only with a URL.  Unknown
         names, here or in the URL's query, are refused (``StoreURLError``)
-        with the list of those redis-py takes (``client_url_options``).
+        with the list of those redis-py takes (``client_url_options``); so is
+        a ``max_connections`` below the threads the zarr adapter calls a
+        store from at once (``min(32, cores + 4)``).
 
     Notes
     -----
@@ -417,7 +422,10 @@ class RedisStore(Store):
     kept (in the URL) for pickling.  A store pickles its URL, prefix and
     options, never a connection, so it can be sent to worker processes
     (``supports_process_writers``) and reopens with mode ``"a"`` (``"r"`` if
-    read-only); a store built from a ready client cannot
+    read-only).  Unpickling connects nowhere: the stores unpickled in one
+    process with the same URL and options share one client, made on first
+    use and closed with the last of them, so a dask worker running many
+    tasks holds one connection pool.  A store built from a ready client cannot
     be pickled (``TypeError``), because a client's credentials and options
     cannot be recovered faithfully.
 
@@ -1128,8 +1136,12 @@ class RedisClusterStore(RedisStore):
         return f"redis+cluster://{nodes}/"
 
     def _location(self) -> Any:
-        seeds = sorted((node.host, node.port) for node in self._client.get_primaries())
-        return ("redis-cluster", tuple(seeds), self._prefix)
+        # From the URL when there is one: comparing stores connects nowhere.
+        if self._url is not None:
+            seeds = [(host, port) for _, host, port in redis_cluster.split_cluster_url(self._url)]
+        else:
+            seeds = [(node.host, node.port) for node in self._client.get_primaries()]
+        return ("redis-cluster", tuple(sorted(seeds)), self._prefix)
 
     # ------------------------------------------------------------ commits
     def _commit_client(self, redis: Any) -> Any:
