@@ -478,3 +478,33 @@ def test_failover_during_setitems_typed_errors_then_the_same_handle_works(
         print(f"acknowledged before the kill: {len(before)}, lost in the failover: {len(lost)}")
     finally:
         store.close()
+
+
+def _write_one(store, i: int) -> int:
+    """A dask task: one value written through a store that arrived pickled."""
+    store[f"t/{i}"] = b"%d" % i
+    return len(store[f"t/{i}"])
+
+
+def test_dask_tasks_hold_connections_per_worker_thread_not_per_task(private_redis):
+    """400 tasks, each with its own unpickled store, on 2 workers x 2 threads: the server
+    never holds more than workers x threads + 2 connections (its --maxclients is set just
+    above that, so one more would fail a task), and none comes from the scheduler or client."""
+    pytest.importorskip("distributed")
+    from distributed import Client, LocalCluster
+
+    workers, threads = 2, 2
+    bound = workers * threads + 2  # + the test's own store and admin connection
+    server = private_redis("--maxclients", str(bound + 1))
+    store = RedisStore(server.url(), prefix="zc-dask", mode="w")
+    with closing(redis.Redis(port=server.port)) as admin, \
+            LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True,
+                         dashboard_address=None) as cluster, Client(cluster) as client:
+        futures = [client.submit(_write_one, store, i, pure=False) for i in range(400)]
+        assert sum(client.gather(futures)) == sum(len(b"%d" % i) for i in range(400))
+        peak = admin.info("clients")["connected_clients"]  # the futures still alive
+        names = {entry["laddr"] for entry in admin.client_list()}
+    assert len(store) == 400
+    print(f"400 tasks on {workers} workers x {threads} threads: {peak} connections at most")
+    assert peak <= bound, (peak, names)
+    store.close()
