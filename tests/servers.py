@@ -173,6 +173,102 @@ class RedisServer(_Server):
         return reply.startswith((b"+PONG", b"-NOAUTH"))
 
 
+class RedisClusterNodes:
+    """A private Redis Cluster: ``masters`` primaries (and ``replicas`` per primary).
+
+    Each node is a ``RedisServer`` in its own folder with its own data and
+    cluster-bus ports (``--cluster-port``), so a test can kill one and start
+    it again on the same ports; its ``nodes.conf`` survives, so it rejoins.
+    ``url`` is the ``redis+cluster://`` URL naming every node.
+    """
+
+    def __init__(self, folder: Path, masters: int = 3, replicas: int = 0,
+                 node_timeout_ms: int = 2000) -> None:
+        self.nodes: list[RedisServer] = []
+        for index in range(masters * (1 + replicas)):
+            node = RedisServer(folder / f"node{index}")
+            node.options += ["--cluster-enabled", "yes", "--cluster-port", str(free_port()),
+                             "--cluster-config-file", "nodes.conf",
+                             "--cluster-node-timeout", str(node_timeout_ms)]
+            self.nodes.append(node)
+        self.replicas = replicas
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes) + "/"
+
+    def start(self) -> None:
+        """Start every node, join them (redis-cli --cluster create), wait for cluster_state:ok."""
+        for node in self.nodes:
+            node.start()
+        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        subprocess.run(["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas",
+                        str(self.replicas), "--cluster-yes"], check=True,
+                       capture_output=True, timeout=START_SECONDS)
+        self.wait_ok()
+
+    def state(self, node: RedisServer) -> str:
+        """A node's ``cluster_state`` (``ok``, ``fail``), or ``down`` if it does not answer."""
+        try:
+            done = subprocess.run(["redis-cli", "-p", str(node.port), "cluster", "info"],
+                                  capture_output=True, text=True, timeout=5, check=False)
+        except subprocess.TimeoutExpired:
+            return "down"
+        for line in done.stdout.splitlines():
+            if line.startswith("cluster_state:"):
+                return line.split(":", 1)[1].strip()
+        return "down"
+
+    def synced(self, node: RedisServer) -> bool:
+        """True for a primary, and for a replica whose link to its primary is up."""
+        import redis
+
+        with contextlib.closing(redis.Redis(port=node.port, socket_timeout=5)) as client:
+            info = client.info("replication")
+        return info.get("role") == "master" or info.get("master_link_status") == "up"
+
+    def wait_ok(self) -> None:
+        """Wait until every running node reports cluster_state:ok and every replica is
+        in sync with its primary (one that never synced may not take over)."""
+        deadline = time.monotonic() + START_SECONDS
+        running = [n for n in self.nodes if n.process is not None]
+        while any(self.state(node) != "ok" or not self.synced(node) for node in running):
+            if time.monotonic() > deadline:
+                raise AssertionError("the private Redis Cluster did not reach cluster_state:ok: "
+                                     + str({n.port: self.state(n) for n in running}))
+            time.sleep(0.1)
+
+    def role(self, node: RedisServer) -> tuple[str, int | None]:
+        """``("master", None)`` or ``("slave", port of its primary)`` from ``ROLE``."""
+        import redis
+
+        with contextlib.closing(redis.Redis(port=node.port, socket_timeout=5)) as client:
+            answer = client.execute_command("ROLE")
+        role = answer[0].decode() if isinstance(answer[0], bytes) else answer[0]
+        return (role, int(answer[2])) if role == "slave" else (role, None)
+
+    def primaries(self) -> list[RedisServer]:
+        return [node for node in self.nodes
+                if node.process is not None and self.role(node)[0] == "master"]
+
+    def replicas_of(self, primary: RedisServer) -> list[RedisServer]:
+        return [node for node in self.nodes if node is not primary and node.process is not None
+                and self.role(node) == ("slave", primary.port)]
+
+    def wait_promoted(self, replica: RedisServer) -> None:
+        """Wait until ``replica`` has taken over as a primary and the cluster is ok again."""
+        deadline = time.monotonic() + START_SECONDS
+        while self.role(replica)[0] != "master":
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the replica on port {replica.port} was not promoted")
+            time.sleep(0.1)
+        self.wait_ok()
+
+    def kill(self) -> None:
+        for node in self.nodes:
+            node.kill()
+
+
 def nx_27017() -> str:
     """The nx-27017 command (``$ZSTORES_NX_27017``, beside this Python, or on PATH)."""
     for candidate in (os.environ.get("ZSTORES_NX_27017"),
@@ -413,6 +509,22 @@ def private_redis(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
     yield start
     for server in servers:
         server.kill()
+
+
+@pytest.fixture
+def private_redis_cluster(tmp_path: Path) -> Iterator[Callable[..., RedisClusterNodes]]:
+    """``start(masters=3, replicas=0)``: a started private Redis Cluster (``.url``, ``.nodes``)."""
+    clusters: list[RedisClusterNodes] = []
+
+    def start(masters: int = 3, replicas: int = 0) -> RedisClusterNodes:
+        cluster = RedisClusterNodes(tmp_path / f"redis-cluster{len(clusters)}", masters, replicas)
+        clusters.append(cluster)
+        cluster.start()
+        return cluster
+
+    yield start
+    for cluster in clusters:
+        cluster.kill()
 
 
 @pytest.fixture

@@ -17,9 +17,10 @@ What runs, and how (the conventions are also listed in docs/architecture.md):
 - ``<!-- no-test: REASON -->`` on the line before a fence keeps that block
   from running; the reason is required.  Blocks of other languages (or none)
   never run.
-- Servers and mounts are real.  The URLs ``redis://127.0.0.1:6379/0`` and
-  ``mongodb://127.0.0.1:27017`` in a block are replaced by
-  ``ZSTORES_TEST_REDIS_URL`` and ``ZSTORES_TEST_MONGODB_URL``; a page that
+- Servers and mounts are real.  The URLs ``redis://127.0.0.1:6379/0``,
+  ``redis+cluster://127.0.0.1:7000/`` and ``mongodb://127.0.0.1:27017`` in a
+  block are replaced by ``ZSTORES_TEST_REDIS_URL``,
+  ``ZSTORES_TEST_REDIS_CLUSTER_URL`` and ``ZSTORES_TEST_MONGODB_URL``; a page that
   needs one of them, or FUSE (it mentions ``zfuse``), is skipped with the
   reason when it is missing, or fails under ``ZSTORES_REQUIRE_PEERS=1``.
 
@@ -70,6 +71,7 @@ BLOCK_TIMEOUT = 300
 #: The server URLs examples are written with, and the variables naming the test servers.
 SERVERS = {
     "redis": ("redis://127.0.0.1:6379/0", "ZSTORES_TEST_REDIS_URL"),
+    "redis-cluster": ("redis+cluster://127.0.0.1:7000/", "ZSTORES_TEST_REDIS_CLUSTER_URL"),
     "mongodb": ("mongodb://127.0.0.1:27017", "ZSTORES_TEST_MONGODB_URL"),
 }
 

@@ -49,7 +49,7 @@ from .stores.directory import DirectoryStore, NestedDirectoryStore
 from .stores.lmdb import LMDBStore
 from .stores.memory import MemoryStore
 from .stores.mongodb import MongoDBStore
-from .stores.redis import RedisStore
+from .stores.redis import RedisClusterStore, RedisStore
 from .stores.sqlite import SQLiteStore
 from .stores.zip import ZipStore
 from .transactions import Transaction
@@ -129,6 +129,7 @@ __all__ = [
     "ObjectStore",
     "ProcessSynchronizer",
     "ReadOnlyError",
+    "RedisClusterStore",
     "RedisStore",
     "RedisSynchronizer",
     "S3Store",

@@ -200,6 +200,8 @@ _LMDB_OPEN_OPTIONS = {name: _parse_bool for name in
                       ("writemap", "readahead", "meminit", "metasync", "map_async")}
 _REDIS = Scheme("zstores.stores.redis:RedisStore", location="url")
 _MONGODB = Scheme("zstores.stores.mongodb:MongoDBStore", location="url")
+# Redis Cluster: redis+cluster://host:port,host:port/?prefix=... (each node a seed).
+_REDIS_CLUSTER = Scheme("zstores.stores.redis:RedisClusterStore", location="url")
 # Object stores: the path is "bucket/prefix"; every option is a constructor
 # keyword.  http(s):// keeps the whole URL (host included).
 _OBJECTS = "zstores.stores.objectstore:"
@@ -216,6 +218,8 @@ SCHEMES: dict[str, Scheme] = {
     "sqlite": Scheme("zstores.stores.sqlite:SQLiteStore"),
     "redis": _REDIS,
     "rediss": _REDIS,
+    "redis+cluster": _REDIS_CLUSTER,
+    "rediss+cluster": _REDIS_CLUSTER,
     "mongodb": _MONGODB,
     "mongodb+srv": _MONGODB,
     "memory": Scheme("zstores.stores.memory:MemoryStore", location="none"),
@@ -448,7 +452,8 @@ def open_store(url: str | os.PathLike[str], *, mode: Mode = "a", **options: Any)
     url : str or os.PathLike
         ``scheme://path?option=value&...`` with a scheme from ``SCHEMES``
         (``file``, ``nested``, ``zip``, ``dbm``, ``lmdb``, ``sqlite``,
-        ``redis``, ``rediss``, ``mongodb``, ``memory``, ``n5``) or from an
+        ``redis``, ``rediss``, ``redis+cluster``, ``rediss+cluster``, ``mongodb``,
+        ``memory``, ``n5``) or from an
         installed ``zstores.stores`` entry point; or a plain path, whose ending
         picks the backend (``.zip``, ``.lmdb``/``.mdb``, ``.sqlite``/
         ``.sqlite3``/``.db``, ``.n5``, else a folder).  Everything between ``scheme://`` and ``?``

@@ -31,6 +31,7 @@ from zarr.abc.store import Store as ZarrABCStore
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.core.buffer.core import default_buffer_prototype
 
+from .._concurrency import ADAPTER_THREADS
 from ..base import Store
 from ..errors import InvalidKeyError
 from ..keys import RESERVED_PREFIX
@@ -157,7 +158,7 @@ def _settle(outcomes: list[Outcome]) -> None:
 
 
 # As many threads as asyncio's default executor, which LocalStore uses.
-_WORKERS = _Workers(min(32, (os.cpu_count() or 1) + 4))
+_WORKERS = _Workers(ADAPTER_THREADS)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_WORKERS.after_fork)
 

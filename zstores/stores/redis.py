@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import functools
 import inspect
+import os
 import re
+import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import quote
 
+from .._concurrency import ADAPTER_THREADS
 from ..base import Buffer, Mode, Store, Version
 from ..errors import (
     StoreConnectionError,
@@ -16,8 +21,10 @@ from ..errors import (
     StoreIOError,
     StoreURLError,
     TransactionConflictError,
+    UnsupportedOperationError,
 )
 from ..secrets import redact_url, scrub, secrets_of
+from . import redis_cluster
 from ._network import (
     DEFAULT_CONNECT_TIMEOUT,
     backend_error,
@@ -30,7 +37,8 @@ from ._network import (
 if TYPE_CHECKING:
     from ..transactions import ChangeSet
 
-__all__ = ["RedisStore", "client_url_options", "glob_escape", "typed_redis_error"]
+__all__ = ["RedisClusterStore", "RedisStore", "client_url_options", "glob_escape",
+           "typed_redis_error"]
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -110,6 +118,9 @@ for i = 1, #ARGV do
 end
 return 0
 """
+
+# Keys copied per step of a rename across a cluster's slots.
+_RENAME_BATCH = 1_000
 
 # Names per UNLINK of a commit's deleted keys.
 _UNLINK_BATCH = 10_000
@@ -195,6 +206,102 @@ def glob_escape(text: bytes) -> bytes:
     return _GLOB.sub(rb"\\\1", text)
 
 
+def _close_client(client: Any) -> None:
+    """Close a client the store made, and every connection it opened.
+
+    ``RedisCluster.close`` closes each node's client but not its pool (a
+    client given a pool leaves it open), so the connections stayed open.
+    """
+    client.close()
+    nodes_manager = getattr(client, "nodes_manager", None)
+    if nodes_manager is not None:
+        for node in list(nodes_manager.nodes_cache.values()):
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
+
+
+# True while _unpickle builds a store: it then shares its client (_SharedClient).
+_UNPICKLING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "zstores_redis_unpickling", default=False)
+
+
+def _unpickle(cls: type[RedisStore], params: dict[str, Any], mode: str) -> RedisStore:
+    """A pickled store reopened: no connection now, one client per URL and options."""
+    token = _UNPICKLING.set(True)
+    try:
+        return cls(**params, mode=mode)  # type: ignore[arg-type]
+    finally:
+        _UNPICKLING.reset(token)
+
+
+class _SharedClient:
+    """One client (one connection pool) per URL and options for the stores
+    unpickled in a process: a dask worker unpickling a store per task opens
+    one pool, not one per task, and a scheduler that only moves the tasks
+    opens none (the client is made on first use).  Counted: the last store
+    closed closes it.  Entries are forgotten in a forked child, whose copies
+    of the parent's sockets must not be shared.
+    """
+
+    _entries: ClassVar[dict[Any, _SharedClient]] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, key: Any, make: Any) -> None:
+        self._key, self._make = key, make
+        self._client: Any = None
+        self._users = 0
+        self._making = threading.Lock()
+
+    @classmethod
+    def acquire(cls, key: Any, make: Any) -> _SharedClient:
+        with cls._lock:
+            entry = cls._entries.get(key)
+            if entry is None:
+                entry = cls._entries[key] = cls(key, make)
+            entry._users += 1
+            return entry
+
+    def client(self) -> Any:
+        client = self._client
+        if client is None:
+            with self._making:
+                if self._client is None:
+                    self._client = self._make()
+                client = self._client
+        return client
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users > 0:
+                return
+            if self._entries.get(self._key) is self:
+                del self._entries[self._key]
+        if self._client is not None:
+            _close_client(self._client)
+            self._client = None
+
+    @classmethod
+    def after_fork(cls) -> None:
+        cls._entries = {}
+        cls._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_SharedClient.after_fork)
+
+
+def _names_cluster(url: Any) -> bool:
+    """Whether ``RedisStore(url)`` means a Redis Cluster: its URL scheme, or its client."""
+    if isinstance(url, str):
+        return url.partition("://")[0].lower() in redis_cluster.CLUSTER_SCHEMES
+    try:
+        from redis.cluster import RedisCluster
+    except ImportError:  # pragma: no cover - the extra is installed in tests
+        return False
+    return isinstance(url, RedisCluster)
+
+
 def _groups_by_size(items: list[tuple[str, Buffer]], limit: int) -> list[list[tuple[str, Buffer]]]:
     """Split ``items`` into consecutive groups whose values add up to at most
     ``limit`` bytes (a larger value gets a group of its own)."""
@@ -245,6 +352,11 @@ def typed_redis_error(error: BaseException, name: str, secrets: list[str]) -> Ex
     if isinstance(error, (exceptions.ConnectionError, exceptions.TimeoutError)):
         return backend_error(StoreConnectionError, name, "could not talk to the server",
                              secrets, error)
+    if isinstance(error, (exceptions.ClusterDownError, exceptions.TryAgainError,
+                          exceptions.SlotNotCoveredError)):
+        return backend_error(StoreConnectionError, name,
+                             "the cluster cannot serve the key now (a primary is down, "
+                             "failing over or its slots are moving)", secrets, error)
     text = str(error)
     if isinstance(error, exceptions.OutOfMemoryError) or text.startswith("OOM") \
             or (isinstance(error, exceptions.ExecAbortError) and "OOM" in text):
@@ -273,11 +385,14 @@ class RedisStore(Store):
 
     Parameters
     ----------
-    url : str or redis.Redis
+    url : str or redis.Redis or redis.RedisCluster
         A ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL as
         ``redis.Redis.from_url`` takes it, password included
         (``redis://:secret@host:6379/0``); or a ready ``redis.Redis`` client,
-        which the store uses but never closes.
+        which the store uses but never closes.  A server in cluster mode is
+        refused at open, naming the URL to write: a ``redis+cluster://``
+        URL, or a ready ``redis.RedisCluster`` client, gives a
+        ``RedisClusterStore``.
     prefix : str
         Every key is stored as ``prefix + ":" + key`` (zarr-python 2's
         default prefix is ``"zarr"`` too).  Stores whose prefixes nest
@@ -297,7 +412,9 @@ class RedisStore(Store):
         Passed to ``redis.Redis.from_url`` (``socket_timeout``,
         ``ssl_ca_certs``, ``ssl_cert_reqs`` ...); only with a URL.  Unknown
         names, here or in the URL's query, are refused (``StoreURLError``)
-        with the list of those redis-py takes (``client_url_options``).
+        with the list of those redis-py takes (``client_url_options``); so is
+        a ``max_connections`` below the threads the zarr adapter calls a
+        store from at once (``min(32, cores + 4)``).
 
     Notes
     -----
@@ -305,7 +422,10 @@ class RedisStore(Store):
     kept (in the URL) for pickling.  A store pickles its URL, prefix and
     options, never a connection, so it can be sent to worker processes
     (``supports_process_writers``) and reopens with mode ``"a"`` (``"r"`` if
-    read-only); a store built from a ready client cannot
+    read-only).  Unpickling connects nowhere: the stores unpickled in one
+    process with the same URL and options share one client, made on first
+    use and closed with the last of them, so a dask worker running many
+    tasks holds one connection pool.  A store built from a ready client cannot
     be pickled (``TypeError``), because a client's credentials and options
     cannot be recovered faithfully.
 
@@ -341,6 +461,21 @@ class RedisStore(Store):
     _version_kind = "sha1"  # what the server's redis.sha1hex computes
     max_value_size = MAX_STRING
 
+    def __new__(
+        cls,
+        url: str | Any = DEFAULT_URL,
+        *,
+        prefix: str = "zarr",
+        mode: Mode = "a",
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        **client_kwargs: Any,
+    ) -> RedisStore:
+        # A cluster URL or client makes a RedisClusterStore (the same
+        # parameters as __init__'s, so open_store reads the options off either).
+        if cls is RedisStore and _names_cluster(url):
+            cls = RedisClusterStore
+        return super().__new__(cls)
+
     def __init__(
         self,
         url: str | Any = DEFAULT_URL,
@@ -360,46 +495,107 @@ class RedisStore(Store):
         self._base = prefix + ":"
         self._base_length = len(self._base.encode("utf-8"))
         self._client_kwargs = client_kwargs
-        self._driver_errors = redis.exceptions.RedisError
+        # SlotNotCoveredError and its family are not RedisErrors.
+        self._driver_errors = (redis.exceptions.RedisError,
+                               redis.exceptions.RedisClusterException)
         self._response_errors = redis.exceptions.ResponseError
         self._url: str | None = None
-        self._client: Any = None
+        self._client_now: Any = None  # see the _client property
+        self._shared: _SharedClient | None = None
         self._committer: Any = None  # the client commits use (_commit_client)
         if isinstance(url, str):
             self._url = url
             self._owns_client = True
             self._where = redact_url(url)
-            self._client = self._client_from_url(redis, url, client_kwargs)
-        elif isinstance(url, redis.Redis):
+            if _UNPICKLING.get():
+                # Checked when the original store opened: share this process's
+                # client for the URL and options, connected on first use.
+                self._owns_client = False
+                self._shared = _SharedClient.acquire(
+                    (type(self), url, repr(sorted(client_kwargs.items()))),
+                    functools.partial(self._client_from_url, redis, url, client_kwargs))
+                self._committer = self._commit_client(redis)
+                return
+            self._client_now = self._client_from_url(redis, url, client_kwargs)
+        elif isinstance(url, self._client_class(redis)):
             if client_kwargs:
                 raise ValueError(
                     f"client options {sorted(client_kwargs)} apply only when the store "
-                    "is built from a URL, not from a ready redis.Redis client"
+                    f"is built from a URL, not from a ready {type(url).__name__} client"
                 )
             self._owns_client = False
-            self._client = url
+            self._client_now = url
             self._where = self._redacted_url()
         else:
-            raise TypeError(f"url must be a str or a redis.Redis client, not {type(url).__name__}")
-        if self._client.connection_pool.connection_kwargs.get("decode_responses"):
+            raise TypeError(f"url must be a str, a redis.Redis or a redis.RedisCluster client, "
+                            f"not {type(url).__name__}")
+        if self._connection_kwargs().get("decode_responses"):
             raise ValueError(
                 "RedisStore needs a client with decode_responses=False (values are bytes)")
-        self._range = self._client.register_script(_RANGE_SCRIPT)
-        self._stat_script = self._client.register_script(_STAT_SCRIPT)
         # Made now (no connection until a commit), not at the first commit:
         # two threads committing at once would each make one.
         self._committer = self._commit_client(redis)
         try:
+            self._check_pool_size()
             self._ping()
             if self._mode in ("r", "r+", "w-"):
                 self._check_existence(self._exists())
             self._clear_if_mode_w()
         except BaseException:
             if self._owns_client:
-                self._client.close()
+                _close_client(self._client)
             raise
 
+    @property
+    def _client(self) -> Any:
+        """The redis-py client; a store unpickled in this process gets the shared one
+        (``_SharedClient``) on first use."""
+        client = self._client_now
+        if client is None and self._shared is not None:
+            client = self._client_now = self._shared.client()
+        return client
+
+    @functools.cached_property
+    def _range(self) -> Any:
+        return self._client.register_script(_RANGE_SCRIPT)
+
+    @functools.cached_property
+    def _stat_script(self) -> Any:
+        return self._client.register_script(_STAT_SCRIPT)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Unpickled through _unpickle: no connection, and a client shared per process.
+        params = self._params()
+        return (_unpickle, (type(self), params, self._mode_after_pickle()))
+
     # ------------------------------------------------------------- opening
+    def _client_class(self, redis: Any) -> type:
+        """The redis-py client class a ready client must be."""
+        return redis.Redis  # type: ignore[no-any-return]
+
+    def _connection_kwargs(self) -> dict[str, Any]:
+        """The options every connection of the client is made with."""
+        return self._client.connection_pool.connection_kwargs  # type: ignore[no-any-return]
+
+    def _pool_limit(self) -> int | None:
+        """The most connections the client opens to one server (None: redis-py's default)."""
+        return self._client.connection_pool.max_connections  # type: ignore[no-any-return]
+
+    def _check_pool_size(self) -> None:
+        """Refuse a connection pool smaller than the threads the adapters call the store from.
+
+        redis-py's pool raises ``MaxConnectionsError`` for a call beyond
+        ``max_connections`` instead of waiting, so a zarr write of many chunks
+        would fail part-way; better refused at open, naming the minimum.
+        """
+        limit = self._pool_limit()
+        if limit is not None and limit < ADAPTER_THREADS:
+            raise StoreURLError(
+                f"{self._store_name()}: max_connections={limit} is below {ADAPTER_THREADS}, the "
+                "threads zstores' zarr adapter calls a store from at once here (min(32, cores + "
+                "4)), whose calls beyond the pool would fail with 'Too many connections': give "
+                f"max_connections={ADAPTER_THREADS} or more, or leave it out")
+
     def _client_from_url(self, redis: Any, url: str, client_kwargs: dict[str, Any]) -> Any:
         """A client for ``url``, its options checked against what redis-py takes."""
         scheme = url.partition("://")[0].lower()
@@ -447,14 +643,28 @@ class RedisStore(Store):
 
         try:
             call_translating(probe.ping, redis.exceptions.RedisError, translate, self._secrets)
+            is_node = call_translating(functools.partial(redis_cluster.is_cluster_node, probe),
+                                       redis.exceptions.RedisError, translate, self._secrets)
         finally:
             probe_pool.disconnect()
+        if is_node:
+            raise StoreURLError(self._cluster_node_refusal())
+
+    def _cluster_node_refusal(self) -> str:
+        """Why a plain URL on a cluster node is refused, and the URL to write instead."""
+        options = self._connection_kwargs()
+        scheme = "rediss+cluster" if self._where.startswith("rediss") else "redis+cluster"
+        prefix = quote(self._prefix, safe="")
+        return (f"{self._store_name()}: the server is a Redis Cluster node (cluster_enabled:1), "
+                "where a plain URL reaches only the keys of that node's slots: write "
+                f"{scheme}://{options.get('host')}:{options.get('port')}/?prefix={prefix} "
+                "(or pass a redis.RedisCluster client)")
 
     # ------------------------------------------------------------- helpers
     def _redacted_url(self) -> str:
         if self._url is not None:
             return redact_url(self._url)
-        options = self._client.connection_pool.connection_kwargs
+        options = self._connection_kwargs()
         if "path" in options:
             return f"unix://{options['path']}?db={options.get('db', 0)}"
         return f"redis://{options.get('host')}:{options.get('port')}/{options.get('db', 0)}"
@@ -465,8 +675,9 @@ class RedisStore(Store):
     def _secrets(self) -> list[str]:
         """Every password this store knows of, to keep out of messages."""
         secrets = secrets_of(self._url) if self._url else []
-        if self._client is not None:
-            password = self._client.connection_pool.connection_kwargs.get("password")
+        # _client_now: never make a shared client just to word an error about it.
+        if self._client_now is not None:
+            password = self._connection_kwargs().get("password")
             if password:
                 secrets.append(password)
         return secrets
@@ -620,7 +831,7 @@ class RedisStore(Store):
         # source key; its target is shorter, so moving shorter keys first
         # renames every source before anything overwrites it.
         moves = sorted(dict.fromkeys(keys), key=len)
-        with self._client.pipeline(transaction=True) as pipe:
+        with self._slot_client().pipeline(transaction=True) as pipe:
             for key in moves:
                 pipe.rename(self._base + key, self._base + dst_prefix + key[len(src_prefix):])
             results = pipe.execute(raise_on_error=False)
@@ -634,7 +845,8 @@ class RedisStore(Store):
     # first attempt landed would answer False for the caller's own value.
     @network_errors_as
     def _set_if_absent(self, key: str, value: Buffer) -> bool:
-        return bool(self._committer.set(self._base + key, value, nx=True))
+        name = self._base + key
+        return bool(self._committer_for(name).set(name, value, nx=True))
 
     @network_errors_as
     def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
@@ -644,8 +856,8 @@ class RedisStore(Store):
             how, token = "sha1", expected.token.encode()
         else:
             how, token = "value", expected
-        return bool(self._committer.eval(_REPLACE_IF_SCRIPT, 1, self._base + key,
-                                         how, token, value))
+        name = self._base + key
+        return bool(self._committer_for(name).eval(_REPLACE_IF_SCRIPT, 1, name, how, token, value))
 
     # ------------------------------------------------------------ transactions
     @network_errors_as
@@ -664,8 +876,9 @@ class RedisStore(Store):
         watch_error = _import_redis().exceptions.WatchError
         read = list(changes.reads)
         names = [self._base + key for key in read]
+        committer = self._committer_for(names[0] if names else self._base)
         for _ in range(_COMMIT_ATTEMPTS):
-            with self._committer.pipeline(transaction=True) as pipe:
+            with committer.pipeline(transaction=True) as pipe:
                 try:
                     if names:
                         pipe.watch(*names)
@@ -701,6 +914,14 @@ class RedisStore(Store):
             for group in _groups_by_size(written, _MSET_BYTES):
                 pipe.mset({self._base + key: value for key, value in group})
 
+    def _committer_for(self, name: str) -> Any:
+        """The no-retry client (``_commit_client``) that reaches the key ``name``."""
+        return self._committer
+
+    def _slot_client(self) -> Any:
+        """The client a ``MULTI``/``EXEC`` over several of the store's keys goes through."""
+        return self._client
+
     def _commit_client(self, redis: Any) -> Any:
         """A client on the store's server whose connections never retry a command.
 
@@ -720,10 +941,15 @@ class RedisStore(Store):
     # ------------------------------------------------------------- lifecycle
     @network_errors_as
     def _close(self) -> None:
+        self._close_committers()
+        if self._shared is not None:
+            self._shared.release()
+        elif self._owns_client:
+            _close_client(self._client)
+
+    def _close_committers(self) -> None:
         if self._committer is not None:
             self._committer.connection_pool.disconnect()
-        if self._owns_client:
-            self._client.close()
 
     @property
     def prefix(self) -> str:
@@ -736,7 +962,7 @@ class RedisStore(Store):
         return self._client
 
     def _location(self) -> Any:
-        options = self._client.connection_pool.connection_kwargs
+        options = self._connection_kwargs()
         server = options.get("path") or (options.get("host"), options.get("port"))
         return ("redis", server, options.get("db", 0), self._prefix)
 
@@ -756,3 +982,302 @@ class RedisStore(Store):
             )
         return {"url": self._url, "prefix": self._prefix,
                 "connect_timeout": self._connect_timeout, **self._client_kwargs}
+
+
+# ------------------------------------------------------------- Redis Cluster
+class RedisClusterStore(RedisStore):
+    """A ``RedisStore`` on a Redis Cluster: the same layout, every primary used.
+
+    ``RedisStore`` makes one of these when given a ``redis+cluster://`` or
+    ``rediss+cluster://`` URL, ``redis+cluster://[:password@]host:port[,host:port...]/?prefix=zarr``
+    (each node a seed the client may learn the cluster's layout from), or a
+    ready ``redis.RedisCluster`` client; ``open_store`` takes the same URLs.
+    Keys are ``prefix + ":" + key`` as on one server, each routed to the
+    primary owning its hash slot.
+
+    Placement is the prefix's choice, fixed when the store is created: a
+    prefix holding a hash tag (``"{zarr}"``, ``"arrays{run7}"``) puts every
+    key of the store in the tag's slot, on one primary, and a plain prefix
+    spreads the keys over every primary.  Any reader opening the same prefix
+    finds the same keys: the placement needs no record of its own.
+
+    - With a tagged prefix everything is atomic as on one server:
+      ``transaction()``, ``setitems`` (one ``MSET``), ``rename`` of a folder
+      (one ``MULTI``/``EXEC``), and listings scan that one primary.
+    - With a spread prefix, single keys and the compare-and-swap primitives
+      (``set_if_not_exists``, ``replace_if``) are atomic; ``getitems``,
+      ``setitems`` and ``delitems`` send one command per slot, pipelined to
+      every primary at once, each slot's part atomic but not the batch;
+      ``rename`` copies, then deletes the sources (a crash midway leaves
+      both copies, never neither); listings ``SCAN`` every primary; and
+      ``transaction()`` is refused (``UnsupportedOperationError``), as no
+      cluster command can commit keys of several slots together.
+
+    Examples
+    --------
+    >>> from zstores import open_store                                      # doctest: +SKIP
+    >>> store = open_store("redis+cluster://127.0.0.1:7000/?prefix=%7Bdemo%7D", mode="w")
+    ...                                                                     # doctest: +SKIP
+    >>> store.setitems({"a/0": b"1", "a/1": b"2"})                          # doctest: +SKIP
+    >>> type(store).__name__, store.supports_transactions, sorted(store.listdir("a"))
+    ...                                                                     # doctest: +SKIP
+    ('RedisClusterStore', True, ['0', '1'])
+    >>> store.clear(); store.close()                                        # doctest: +SKIP
+    """
+
+    supports_snapshots = False
+
+    def __init__(
+        self,
+        url: str | Any = DEFAULT_URL,
+        *,
+        prefix: str = "zarr",
+        mode: Mode = "a",
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        **client_kwargs: Any,
+    ) -> None:
+        if isinstance(prefix, str):
+            self._tag = redis_cluster.store_hash_tag(prefix)
+            # Only a store whose keys share one slot can commit them together.
+            self.supports_transactions = self._tag is not None
+        self._committers: dict[tuple[str, int], Any] = {}
+        self._committers_lock = threading.Lock()
+        self._probed = False
+        self._layout_stale = False
+        super().__init__(url, prefix=prefix, mode=mode, connect_timeout=connect_timeout,
+                         **client_kwargs)
+
+    # ------------------------------------------------------------- opening
+    def _client_class(self, redis: Any) -> type:
+        return redis.RedisCluster  # type: ignore[no-any-return]
+
+    def _connection_kwargs(self) -> dict[str, Any]:
+        return self._client.get_connection_kwargs()  # type: ignore[no-any-return]
+
+    def _pool_limit(self) -> int | None:
+        # Per node; None: redis-py's default for a cluster (100 per node).
+        return self._connection_kwargs().get("max_connections")
+
+    def _client_from_url(self, redis: Any, url: str, client_kwargs: dict[str, Any]) -> Any:
+        """Probe a seed node (bounded by ``connect_timeout``), then make the cluster client.
+
+        The probe comes first because ``redis.RedisCluster`` asks the seeds
+        for the cluster's layout as it is made, with no bound of ours.
+        """
+        nodes = redis_cluster.split_cluster_url(url)
+        scheme = nodes[0][0].partition("://")[0]
+        own = ("connect_timeout", "prefix")
+        known = client_url_options(scheme) - {"db", "single_connection_client"}
+        check_url_options(url, known, own, "redis-py", "RedisStore")
+        cluster_options = _init_parameters(redis.RedisCluster) - {
+            "host", "port", "url", "startup_nodes", "cache", "event_dispatcher",
+            "policy_resolver", "maint_notifications_config", "address_remap"}
+        for name in client_kwargs:
+            if name not in _client_keywords(scheme) | cluster_options:
+                raise StoreURLError(
+                    f"unknown option {name!r} for RedisStore at {self._where}; known options: "
+                    f"{', '.join(own)} (zstores) and "
+                    f"{', '.join(sorted(known | cluster_options))} (redis-py)")
+        self._probe_seeds(redis, nodes, client_kwargs)
+        seeds = [redis.cluster.ClusterNode(host, port) for _, host, port in nodes[1:]]
+        make = functools.partial(redis.RedisCluster.from_url, nodes[0][0], startup_nodes=seeds,
+                                 **client_kwargs)
+        return call_translating(make, (redis.exceptions.RedisError,
+                                       redis.exceptions.RedisClusterException, ValueError),
+                                self._typed_error, lambda: secrets_of(url))
+
+    def _probe_seeds(self, redis: Any, nodes: list[tuple[str, str, int]],
+                     client_kwargs: dict[str, Any]) -> None:
+        """PING the seeds in turn, within ``connect_timeout`` each, until one
+        answers; refuse a server that is not a cluster node."""
+        timeout = self._connect_timeout
+        scheme = nodes[0][0].partition("://")[0]
+        options = {name: value for name, value in client_kwargs.items()
+                   if name in _client_keywords(scheme)}
+        options.update(socket_connect_timeout=timeout, socket_timeout=timeout,
+                       retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0))
+        failure: BaseException | None = None
+        for node_url, host, port in nodes:
+            probe = redis.Redis.from_url(node_url, **options)
+            try:
+                probe.ping()
+                if not redis_cluster.is_cluster_node(probe):
+                    raise StoreURLError(
+                        f"{self._store_name()}: the server at {host}:{port} is not a Redis "
+                        "Cluster node (cluster_enabled:0): write redis://host:port/0?prefix=... "
+                        "for a single server")
+                self._probed = True
+                return
+            except redis.exceptions.RedisError as error:
+                failure = error
+            finally:
+                probe.close()
+        assert failure is not None
+        if isinstance(failure, redis.exceptions.TimeoutError):
+            raise backend_error(
+                StoreConnectionError, self._store_name(),
+                f"no seed node answered within {timeout:g} s (connect_timeout)",
+                self._secrets(), failure) from None
+        raise self._typed_error(failure) from None
+
+    def _ping(self) -> None:
+        # From a URL the seeds were probed already; a ready client learnt the
+        # cluster's layout when it was made: PING its primaries.
+        if not self._probed:
+            redis = _import_redis()
+            call_translating(
+                functools.partial(self._client.ping, target_nodes=redis.RedisCluster.PRIMARIES),
+                self._driver_errors, self._typed_error, self._secrets)
+
+    def _redacted_url(self) -> str:
+        if self._url is not None:
+            return redact_url(self._url)
+        nodes = ",".join(f"{node.host}:{node.port}" for node in self._client.get_primaries())
+        return f"redis+cluster://{nodes}/"
+
+    def _location(self) -> Any:
+        # From the URL when there is one: comparing stores connects nowhere.
+        if self._url is not None:
+            seeds = [(host, port) for _, host, port in redis_cluster.split_cluster_url(self._url)]
+        else:
+            seeds = [(node.host, node.port) for node in self._client.get_primaries()]
+        return ("redis-cluster", tuple(sorted(seeds)), self._prefix)
+
+    # ------------------------------------------------------------ commits
+    def _commit_client(self, redis: Any) -> Any:
+        return None  # one per primary, made on first use (_committer_for)
+
+    def _committer_for(self, name: str) -> Any:
+        """A no-retry client on the primary owning ``name``'s slot now.
+
+        Asked at each call, so a commit after a failover goes to the new primary.
+        """
+        self._refresh_layout_if_stale()
+        node = self._client.get_node_from_key(name)
+        address = (node.host, node.port)
+        with self._committers_lock:
+            committer = self._committers.get(address)
+            if committer is None:
+                redis = _import_redis()
+                node_client = node.redis_connection or self._client.get_redis_connection(node)
+                pool = node_client.connection_pool
+                options = dict(pool.connection_kwargs)
+                options.update(retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+                               retry_on_error=[], retry_on_timeout=False)
+                committer = redis.Redis(connection_pool=pool.__class__(
+                    connection_class=pool.connection_class, **options))
+                self._committers[address] = committer
+        return committer
+
+    def _slot_client(self) -> Any:
+        # Only a tagged store's keys share a slot: its primary's client.
+        return self._committer_for(self._base)
+
+    def _close_committers(self) -> None:
+        with self._committers_lock:
+            for committer in self._committers.values():
+                committer.connection_pool.disconnect()
+            self._committers.clear()
+
+    def transaction(self, *, bind_thread: bool = True) -> Any:
+        if self._tag is None and not self.closed:
+            raise UnsupportedOperationError(
+                f"{self!r} cannot run transactions: its prefix {self._prefix!r} spreads the "
+                "keys over the cluster's slots, and Redis Cluster commits only keys of one "
+                "slot together; a prefix with a hash tag, such as "
+                f"{'{' + self._prefix + '}'!r}, keeps a store in one slot")
+        return super().transaction(bind_thread=bind_thread)
+
+    # ------------------------------------------------------------ listings
+    def _pages(self, prefix: str) -> Iterator[list[bytes]]:
+        self._refresh_layout_if_stale()
+        nodes = redis_cluster.primaries_for(self._client, self._tag)
+        return redis_cluster.scan_pages(self._client, nodes, self._pattern(prefix), _SCAN_COUNT)
+
+    # ------------------------------------------------------------ failover
+    # SCANs and the no-retry commit clients reach a node directly, past
+    # redis-py's routing, which refreshes the slot map only when its own
+    # commands fail: after a failover they would keep asking the dead
+    # primary.  A connection failure or a cluster refusal marks the map
+    # stale, and the next call reads the layout again first.
+    def _typed_error(self, error: BaseException) -> Exception:
+        redis = _import_redis()
+        if isinstance(error, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                              redis.exceptions.ClusterError, redis.exceptions.AskError,
+                              redis.exceptions.TryAgainError,
+                              redis.exceptions.RedisClusterException)):
+            self._layout_stale = True
+        return super()._typed_error(error)
+
+    def _refresh_layout_if_stale(self) -> None:
+        if self._layout_stale:
+            self._client.nodes_manager.initialize()
+            self._layout_stale = False
+
+    # ------------------------------------------------------------ batches
+    @network_errors_as
+    def _get_many(self, keys: list[str]) -> dict[str, bytes]:
+        if not keys:
+            return {}
+        self._refresh_layout_if_stale()
+        values = self._client.mget_nonatomic([self._base + key for key in keys])
+        return {key: value for key, value in zip(keys, values, strict=True) if value is not None}
+
+    @network_errors_as
+    def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
+        if not items:
+            return
+        self._refresh_layout_if_stale()
+        groups = _groups_by_size(items, _MSET_BYTES)
+        if self._tag is not None and len(groups) > 1:
+            # One slot: several MSETs in one MULTI/EXEC on its primary.
+            with self._slot_client().pipeline(transaction=True) as pipe:
+                for group in groups:
+                    pipe.mset({self._base + key: value for key, value in group})
+                pipe.execute()
+            return
+        for group in groups:
+            # One MSET per slot, pipelined to every primary at once.
+            self._client.mset_nonatomic({self._base + key: value for key, value in group})
+
+    @network_errors_as
+    def _delete_many(self, keys: list[str]) -> None:
+        if keys:
+            self._refresh_layout_if_stale()
+            self._client.delete(*[self._base + key for key in keys])  # split by slot
+
+    @network_errors_as
+    def _rmdir(self, prefix: str) -> None:
+        for page in self._pages(prefix):
+            self._client.unlink(*page)  # redis-py splits it by slot
+
+    # ------------------------------------------------------------ renames
+    @network_errors_as
+    def _rename_key(self, src: str, dst: str) -> None:
+        source, target = self._base + src, self._base + dst
+        if self._client.keyslot(source) == self._client.keyslot(target):
+            super()._rename_key(src, dst)
+            return
+        # Across slots: copy, then delete; a crash between leaves both.
+        value = self._client.get(source)
+        if value is None:
+            raise KeyError(src)
+        self._client.set(target, value)
+        self._client.delete(source)
+
+    @network_errors_as
+    def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
+        if self._tag is not None:  # one slot: one MULTI/EXEC of RENAMEs, as on one server
+            super()._rename_prefix(src_prefix, dst_prefix)
+            return
+        keys = sorted(dict.fromkeys(self._decode(name) for page in self._pages(src_prefix)
+                                    for name in page), key=len)
+        moves = {key: dst_prefix + key[len(src_prefix):] for key in keys}
+        # Copy everything (shorter keys first: see Store._rename_prefix), then
+        # delete the sources that are not targets: a crash never loses a value.
+        for first in range(0, len(keys), _RENAME_BATCH):
+            batch = keys[first:first + _RENAME_BATCH]
+            values = self._get_many(batch)
+            self._set_many([(moves[key], values[key]) for key in batch if key in values])
+        targets = set(moves.values())
+        self._delete_many([key for key in keys if key not in targets])
