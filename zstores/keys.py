@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from .errors import InvalidKeyError
 
+#: Keys under this prefix belong to zstores itself (the fence records of
+#: ``synchronized(..., fenced=True)``): no Zarr node is named ``.zstores``,
+#: zarr-python skips the folder, and ``zstores verify`` ignores it.
+RESERVED_PREFIX = ".zstores/"
+
 __all__ = [
+    "RESERVED_PREFIX",
     "check_utf8_key",
     "child_name",
     "is_chunk_key_segment",

@@ -17,6 +17,7 @@ reverse, or a different array (or a group) at an array's path.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import threading
 from contextlib import ExitStack
@@ -24,8 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base import Store
+from ..keys import RESERVED_PREFIX
 from ..metadata.documents import metadata_format
 from ._common import (
+    INCOMPLETE_COPY,
     Pool,
     add_jobs,
     add_path,
@@ -170,12 +173,31 @@ def run(args: argparse.Namespace) -> int:
             _refuse_mixing(src, dst, keys, existing, path)
         if args.if_exists == "error":
             _refuse_existing(keys, existing, dst, args.dst)
+        marked = _mark_incomplete(dst, args.src, path)
         tally = _copy_all(args, src, dst, keys, existing, path)
+        complete = not tally.conflicts and not tally.mismatches
+        if marked and complete:
+            del dst[INCOMPLETE_COPY]
     return _report(args, tally, len(keys))
 
 
+def _mark_incomplete(dst: Store, src_url: str, path: str) -> bool:
+    """Mark DST an unfinished copy until every key is copied (``verify``, ``ls`` say so).
+
+    A backend that cannot hold the reserved key (an N5 layout) is copied
+    into unmarked, as before.
+    """
+    record = json.dumps({"src": shown(src_url), "path": path}).encode()
+    try:
+        dst[INCOMPLETE_COPY] = record
+    except (ValueError, KeyError):
+        return False
+    return True
+
+
 def _source_keys(src: Store, path: str, url: str) -> list[str]:
-    keys = keys_under(src, path)
+    # zstores' own records (fences, a copy marker) belong to SRC, not to its data.
+    keys = [key for key in keys_under(src, path) if not key.startswith(RESERVED_PREFIX)]
     if path and path in src:
         keys.insert(0, path)
     if path and not keys:
@@ -184,7 +206,7 @@ def _source_keys(src: Store, path: str, url: str) -> list[str]:
 
 
 def _existing_keys(dst: Store, path: str) -> set[str]:
-    existing = set(keys_under(dst, path))
+    existing = {key for key in keys_under(dst, path) if not key.startswith(RESERVED_PREFIX)}
     if path and path in dst:
         existing.add(dst.normalize(path))
     return existing

@@ -10,7 +10,16 @@ import math
 from typing import Any
 
 from ..base import Store
-from ._common import add_path, add_url, open_url, path_argument, shown, subcommand
+from ._common import (
+    INCOMPLETE_COPY,
+    add_path,
+    add_url,
+    incomplete_copy,
+    open_url,
+    path_argument,
+    shown,
+    subcommand,
+)
 from ._output import EXIT_OK, EXIT_PROBLEMS, CommandError, human_size, print_json
 from ._tree import Node, children, keys_under, read_nodes
 
@@ -47,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
             report = _group_report(store, node)
         else:
             raise CommandError(f"nothing at {path!r} in {shown(args.url)}")
+        unfinished = incomplete_copy(store)
+        if unfinished:
+            report.setdefault("problems", []).append(f"{INCOMPLETE_COPY}: {unfinished}")
     if args.json:
         print_json(report)
     else:

@@ -6,7 +6,15 @@ import argparse
 import sys
 from typing import Any
 
-from ._common import add_path, add_url, open_url, path_argument, shown, subcommand
+from ._common import (
+    add_path,
+    add_url,
+    incomplete_copy,
+    open_url,
+    path_argument,
+    shown,
+    subcommand,
+)
 from ._output import EXIT_OK, EXIT_PROBLEMS, CommandError, print_json
 from ._tree import Node, children, read_nodes, walk
 
@@ -45,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             below = children(store, path)
             entries = [(1, node, i == len(below) - 1) for i, node in enumerate(below)]
+        unfinished = incomplete_copy(store)
     nodes = [root] + [node for _, node, _ in entries]
     if args.json:
         print_json({**root.as_json(), "entries": [node.as_json() for node in nodes[1:]]})
@@ -54,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         print(_line(root, "/" if not path else path))
     else:
         _print_columns([node for _, node, _ in entries])
+    if unfinished:  # after the listing, which is what the store holds so far
+        print(f"zstores ls: warning: {unfinished}", file=sys.stderr)
     return EXIT_PROBLEMS if any(node.problem for node in nodes) else EXIT_OK
 
 
