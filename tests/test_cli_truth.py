@@ -6,11 +6,13 @@ and checks its exit status and the exact first line it prints.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
 import subprocess
 import sys
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -18,10 +20,15 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import zstores
+from zstores.cli import main as cli_main
 from zstores.cli._common import INCOMPLETE_COPY
 from zstores.cli._inflate import inflates_past
+from zstores.cli._output import human_size, plural, visible
+from zstores.metadata import METADATA_NAMES
 
 from cli_helpers import COMMAND, write_sample, zstores_cmd
 
@@ -182,3 +189,59 @@ def test_verify_against_names_every_key_that_differs(tmp_path: Path) -> None:
         ("counts/0", "differs_from_source"), ("g/temp/0.0", "missing_from_copy")}
     text = zstores_cmd("verify", dst, "--against", src)
     assert (text.code, _first(text.out)) == (1, f"counts/0: holds other bytes than in {src}")
+
+
+# ------------------------------------------------------------ terminal safety
+_NAMES = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="/\\\x00"),
+                 min_size=1, max_size=12).filter(
+    lambda name: name not in (".", "..", ".zstores", "meta", *METADATA_NAMES))
+
+
+def _run_in_process(*argv: str) -> tuple[int, list[str]]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main(list(argv))
+    return code, out.getvalue().split("\n")[:-1]  # only "\n" ends a line on a terminal
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(_NAMES, min_size=1, max_size=6, unique=True))
+def test_every_printed_line_is_one_key_whatever_its_name(names: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite://{folder}/keys.sqlite"
+        with zstores.open_store(url, mode="w") as store:
+            store.setitems({name: b"x" for name in names})
+            keys = sorted(store)
+        shown = [visible(key) for key in keys]
+        width = max(len(name) for name in shown)
+        assert _run_in_process("ls", url) == (0, [f"{name.ljust(width)}  no zarr metadata"
+                                                   for name in shown])
+        count_width = len(plural(len(keys), "key"))
+        code, lines = _run_in_process("du", url)
+        size_width = len(human_size(len(keys)))
+        assert (code, lines[:-1]) == (0, [f"{'1 B'.rjust(size_width)}  "
+                                          f"{'1 key'.ljust(count_width)}  {name}"
+                                          for name in shown])
+        code, lines = _run_in_process("verify", url)
+        assert (code, lines[:-2]) == (1, [f"{name}: belongs to no array" for name in shown])
+        assert lines[-1] == f"{plural(len(keys), 'problem')} found"
+
+
+def test_a_key_cannot_forge_a_line_of_verify_or_ls(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'forged.sqlite'}"
+    with zstores.open_store(url, mode="w") as store:
+        zstores.init_group(store)
+        store["evil\nno problems found\nx"] = b"1"
+        store["\x1b[2Jwiped"] = b"2"
+    checked = zstores_cmd("verify", url)
+    assert checked.code == 1
+    assert checked.out.splitlines()[:2] == ["\\x1b[2Jwiped: belongs to no array",
+                                            "evil\\nno problems found\\nx: belongs to no array"]
+    assert "no problems found" not in checked.out.splitlines()
+    listed = zstores_cmd("ls", url, "-r")
+    assert (listed.code, listed.out.splitlines()) == (0, [
+        "/", "├── \\x1b[2Jwiped  no zarr metadata",
+        "└── evil\\nno problems found\\nx  no zarr metadata"])
+    as_json = zstores_cmd("ls", url, "--json").json()  # JSON keeps the names exact
+    assert [entry["name"] for entry in as_json["entries"]] == ["\x1b[2Jwiped",
+                                                               "evil\nno problems found\nx"]

@@ -33,6 +33,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from zstores.cli._output import say, visible
+
 from . import registry
 from ._libfuse import require_mfusepy
 from .mount import MountError, check_mountpoint, mount, raise_read_ahead, unmount
@@ -205,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _list(args.json)
         return _mount(args)
     except (_Failure, MountError) as error:
-        print(f"zfuse: error: {error}", file=sys.stderr)
+        say(f"zfuse: error: {error}", file=sys.stderr)
         return 1
 
 
@@ -228,7 +230,7 @@ def _list(as_json: bool) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         cells = (cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
-        print("  ".join(cells) + "  " + row[3])
+        say("  ".join(cells) + "  " + row[3])
     return 0
 
 
@@ -245,14 +247,14 @@ def _mount(args: argparse.Namespace) -> int:
         _configure_logging(args.log_file)
         store = _open(args.url, args.read_only or args.snapshot)
         try:
-            _serve(args, store, mountpoint, extra, on_ready=lambda: print(
+            _serve(args, store, mountpoint, extra, on_ready=lambda: say(
                 f"zfuse: {_redact(args.url)} mounted at {mountpoint}; Ctrl-C unmounts",
-                file=sys.stderr, flush=True), fsname=f"zfuse-{os.getpid()}")
+                file=sys.stderr), fsname=f"zfuse-{os.getpid()}")
         finally:
             store.close()
         return 0
     pid = _start_daemon(args, mountpoint, extra)
-    print(f"zfuse: {_redact(args.url)} mounted at {mountpoint} (daemon pid {pid}); "
+    say(f"zfuse: {_redact(args.url)} mounted at {mountpoint} (daemon pid {pid}); "
           f"unmount with: zfuse unmount {mountpoint}")
     return 0
 
@@ -358,7 +360,7 @@ def _start_daemon(args: argparse.Namespace, mountpoint: str, extra: dict[str, An
         try:
             status = _daemon(args, mountpoint, extra, write_end)
         except BaseException as error:  # noqa: BLE001 - reported through the pipe
-            print(f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
+            print(visible(f"{type(error).__name__}: {error}"), file=sys.stderr, flush=True)
         finally:
             os._exit(status)
     os.close(write_end)
@@ -417,7 +419,7 @@ def _daemon(args: argparse.Namespace, mountpoint: str, extra: dict[str, Any],
     try:
         store = _open(args.url, args.read_only or args.snapshot)
     except _Failure as error:
-        print(f"zfuse: error: {error}", file=sys.stderr, flush=True)
+        print(visible(f"zfuse: error: {error}"), file=sys.stderr, flush=True)
         return 1
     os.chdir("/")
 
@@ -435,7 +437,7 @@ def _daemon(args: argparse.Namespace, mountpoint: str, extra: dict[str, Any],
     try:
         _serve(args, store, mountpoint, extra, on_ready=ready, fsname=f"zfuse-{os.getpid()}")
     except MountError as error:
-        print(f"zfuse: error: {error}", file=sys.stderr, flush=True)
+        print(visible(f"zfuse: error: {error}"), file=sys.stderr, flush=True)
         return 1
     finally:
         store.close()

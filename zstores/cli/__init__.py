@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from . import consolidate, cp, du, info, ls, migrate, rm, verify
-from ._output import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_USAGE, CommandError, one_line
+from ._output import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_USAGE, CommandError, one_line, say
 
 __all__ = ["main"]
 
@@ -143,7 +143,7 @@ def _fail(args: argparse.Namespace, message: str, code: int) -> int:
     if getattr(args, "debug", False):
         traceback.print_exc()
     label = "interrupted" if code == EXIT_INTERRUPTED else "error"
-    print(f"zstores {args.command}: {label}: {one_line(message)}", file=sys.stderr, flush=True)
+    say(f"zstores {args.command}: {label}: {one_line(message)}", file=sys.stderr)
     return code
 
 

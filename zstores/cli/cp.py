@@ -51,6 +51,7 @@ from ._output import (
     plural,
     progress_bar,
     progress_wanted,
+    say,
 )
 from ._tree import keys_under
 
@@ -268,9 +269,9 @@ def _report(args: argparse.Namespace, tally: _Tally, total: int) -> int:
     problems += [f"{key}: the value read back from DST differs from SRC" for key in
                  tally.mismatches]
     for line in problems[:_SHOWN_PROBLEMS]:
-        print(f"zstores cp: {line}", file=sys.stderr)
+        say(f"zstores cp: {line}", file=sys.stderr)
     if len(problems) > _SHOWN_PROBLEMS:
-        print(f"zstores cp: ... and {len(problems) - _SHOWN_PROBLEMS:,} more", file=sys.stderr)
+        say(f"zstores cp: ... and {len(problems) - _SHOWN_PROBLEMS:,} more", file=sys.stderr)
     summary = f"copied {plural(tally.copied, 'key')} ({human_size(tally.copied_bytes)})"
     if tally.skipped:
         summary += (f", skipped {plural(tally.skipped, 'identical key')} "
@@ -280,5 +281,5 @@ def _report(args: argparse.Namespace, tally: _Tally, total: int) -> int:
     summary += f" ({human_size(tally.copied_bytes + tally.skipped_bytes)})"
     if tally.vanished:
         summary += f"; {plural(tally.vanished, 'key')} vanished from SRC while copying"
-    print(f"{summary}: {shown(args.src)} -> {shown(args.dst)}")
+    say(f"{summary}: {shown(args.src)} -> {shown(args.dst)}")
     return EXIT_PROBLEMS if problems else EXIT_OK

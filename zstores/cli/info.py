@@ -20,7 +20,7 @@ from ._common import (
     shown,
     subcommand,
 )
-from ._output import EXIT_OK, EXIT_PROBLEMS, CommandError, human_size, print_json
+from ._output import EXIT_OK, EXIT_PROBLEMS, CommandError, human_size, print_json, say
 from ._tree import Node, children, keys_under, read_nodes
 
 __all__ = ["add_parser", "array_report", "count_chunks", "is_nested", "run"]
@@ -218,4 +218,4 @@ def _print_report(report: dict[str, Any]) -> None:
         rows.append((_LABELS[name], _value_text(name, value, report)))
     width = max(len(label) for label, _ in rows)
     for label, text in rows:
-        print(f"{label.ljust(width)} : {text}")
+        say(f"{label.ljust(width)} : {text}")

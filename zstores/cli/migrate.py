@@ -17,7 +17,7 @@ from ..metadata import ARRAY_V2, MetadataError
 from ..migrate_v1 import migrate_1to2
 from ..migrate_v3 import Migration, migrate_2to3
 from ._common import add_url, open_url, shown, subcommand
-from ._output import EXIT_OK, CommandError, plural
+from ._output import EXIT_OK, CommandError, plural, say
 
 __all__ = ["add_parser", "run"]
 
@@ -61,14 +61,14 @@ def _run_to_2(args: argparse.Namespace) -> int:
     with open_url(args.url, "r+") as store:
         if "meta" not in store:
             if ARRAY_V2 in store:
-                print(f"{shown(args.url)} already holds a spec v2 array; nothing to do")
+                say(f"{shown(args.url)} already holds a spec v2 array; nothing to do")
                 return EXIT_OK
             raise CommandError(f"no spec v1 array in {shown(args.url)}: there is no 'meta' "
                                "key at the root")
         had_attrs = "attrs" in store
         migrate_1to2(store)
     moved = "meta -> .zarray" + (", attrs -> .zattrs" if had_attrs else "")
-    print(f"migrated {shown(args.url)} to spec v2: {moved}")
+    say(f"migrated {shown(args.url)} to spec v2: {moved}")
     return EXIT_OK
 
 
@@ -89,16 +89,17 @@ def _run_to_3(args: argparse.Namespace) -> int:
 def _report(result: Migration, url: str, dry_run: bool) -> None:
     would = "would write" if dry_run else "wrote"
     for key, value in result.written.items():
-        print(f"{would} {key} ({plural(len(value), 'byte')})")
+        say(f"{would} {key} ({plural(len(value), 'byte')})")
         if dry_run:
-            print("  " + value.decode("ascii").replace("\n", "\n  "))
+            for line in value.decode("ascii").splitlines():
+                say("  " + line)
     for key in result.unchanged:
-        print(f"{key} already up to date")
+        say(f"{key} already up to date")
     for key in result.removed:
-        print(f"{'would remove' if dry_run else 'removed'} {key}")
+        say(f"{'would remove' if dry_run else 'removed'} {key}")
     consolidated = (f", consolidated metadata in {len(result.consolidated)} "
                     f"{'group' if len(result.consolidated) == 1 else 'groups'}"
                     if result.consolidated else "")
     verb = "would migrate" if dry_run else "migrated"
-    print(f"{verb} {url} to Zarr format 3: {plural(result.arrays, 'array')}, "
+    say(f"{verb} {url} to Zarr format 3: {plural(result.arrays, 'array')}, "
           f"{plural(result.groups, 'group')}{consolidated}")

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ._common import add_path, add_url, open_url, path_argument, shown, subcommand
-from ._output import EXIT_OK, CommandError, UsageError, human_size, plural
+from ._output import EXIT_OK, CommandError, UsageError, human_size, plural, say
 from ._tree import keys_under
 
 __all__ = ["add_parser", "run"]
@@ -41,5 +41,5 @@ def run(args: argparse.Namespace) -> int:
             store.rmdir(path)
         if own_key:
             del store[path]
-    print(f"removed {plural(len(below) + own_key, 'key')} ({human_size(size)}) at {path}")
+    say(f"removed {plural(len(below) + own_key, 'key')} ({human_size(size)}) at {path}")
     return EXIT_OK

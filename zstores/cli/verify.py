@@ -76,6 +76,7 @@ from ._output import (
     print_problems,
     progress_bar,
     progress_wanted,
+    say,
 )
 from ._tree import keys_under, read_nodes
 from ._v3chunks import INSTALL_HINT, ChunkChecker, zarr_v3_problem
@@ -630,6 +631,6 @@ def _print_report(findings: _Findings) -> None:
                     "(read as the fill value)")
     if findings.compared is not None:
         summary += f"; {plural(findings.compared, 'key')} compared with the source"
-    print(summary)
+    say(summary)
     count = len(findings.problems)
-    print(f"{plural(count, 'problem')} found" if count else "no problems found")
+    say(f"{plural(count, 'problem')} found" if count else "no problems found")
