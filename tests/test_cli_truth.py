@@ -10,6 +10,8 @@ import contextlib
 import gzip
 import io
 import json
+import os
+import pty
 import subprocess
 import sys
 import tempfile
@@ -245,3 +247,46 @@ def test_a_key_cannot_forge_a_line_of_verify_or_ls(tmp_path: Path) -> None:
     as_json = zstores_cmd("ls", url, "--json").json()  # JSON keeps the names exact
     assert [entry["name"] for entry in as_json["entries"]] == ["\x1b[2Jwiped",
                                                                "evil\nno problems found\nx"]
+
+
+# ------------------------------------------------- nothing created by accident
+def test_cp_that_fails_before_copying_creates_no_destination(tmp_path: Path) -> None:
+    src, dst = str(tmp_path / "src"), tmp_path / "copy2.lmdb"
+    write_sample(src)
+    done = zstores_cmd("cp", src, str(dst), "nosuch")
+    assert (done.code, done.err) == (1, f"zstores cp: error: nothing at 'nosuch' in {src}\n")
+    missing = zstores_cmd("cp", str(tmp_path / "nosuch.sqlite"), str(dst))
+    assert missing.code == 1 and missing.err.startswith(
+        f"zstores cp: error: no store at {tmp_path / 'nosuch.sqlite'}")
+    assert not dst.exists()
+
+
+def _rm_on_a_terminal(*args: str, answer: str) -> subprocess.CompletedProcess[str]:
+    """``zstores rm ARGS`` with a terminal as its standard input, answering ``answer``."""
+    leader, follower = pty.openpty()
+    try:
+        process = subprocess.Popen([*COMMAND, "rm", *args], stdin=follower, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        os.close(follower)
+        os.write(leader, answer.encode() + b"\n")  # the terminal holds it until rm reads
+        out, err = process.communicate(timeout=120)
+    finally:
+        os.close(leader)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def test_rm_says_what_will_go_and_asks_on_a_terminal(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'del.sqlite'}"
+    written = write_sample(url)
+    dry = zstores_cmd("rm", url, "g", "--dry-run")
+    assert dry.code == 0 and dry.out.startswith("would remove 19 keys (")
+    assert dry.out.endswith(" at g; nothing removed (--dry-run)\n")
+    refused = _rm_on_a_terminal(url, "g", answer="n")
+    assert (refused.returncode, refused.stderr) == (1, (
+        f"remove {dry.out[len('would remove '):].split(';')[0]} from {url}? [y/N] "
+        "zstores rm: error: nothing removed\n"))
+    assert set(zstores.open_store(url, mode="r")) == set(written)
+    accepted = _rm_on_a_terminal(url, "g", answer="y")
+    assert accepted.returncode == 0 and accepted.stdout.startswith("removed 19 keys (")
+    with zstores.open_store(url, mode="r") as store:
+        assert not any(key.startswith("g/") for key in store)

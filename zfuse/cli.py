@@ -149,6 +149,10 @@ def _parser() -> argparse.ArgumentParser:
     mount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
     mount_cmd.add_argument("--read-only", action="store_true",
                            help="open the store read-only and refuse every change (EROFS)")
+    mount_cmd.add_argument("--create", action="store_true",
+                           help="make the store if there is none at URL (a file, folder, "
+                           "archive or database); without it, a store that does not exist "
+                           "is refused, so that a mistyped path creates nothing")
     mount_cmd.add_argument("--snapshot", action="store_true",
                            help="serve one version of the store (a snapshot taken at mount) "
                            "for the mount's life, read-only, while writers go on; LMDB, "
@@ -245,7 +249,7 @@ def _mount(args: argparse.Namespace) -> int:
     extra = parse_fuse_options(args.fuse_options)
     if args.foreground:
         _configure_logging(args.log_file)
-        store = _open(args.url, args.read_only or args.snapshot)
+        store = _open(args.url, args.read_only or args.snapshot, args.create)
         try:
             _serve(args, store, mountpoint, extra, on_ready=lambda: say(
                 f"zfuse: {_redact(args.url)} mounted at {mountpoint}; Ctrl-C unmounts",
@@ -293,16 +297,39 @@ def _redact(url: str) -> str:
     return redact_url(url)
 
 
-def _open(url: str, read_only: bool) -> Any:
+def _open(url: str, read_only: bool, create: bool = False) -> Any:
+    from zstores.errors import StoreNotFoundError
     from zstores.urls import is_read_only_url, open_store
 
     try:
         # A store that can only be read (http://) is mounted read-only without --read-only.
         read_only = read_only or is_read_only_url(url)
-        return open_store(url, mode="r" if read_only else "a")
+        if read_only:
+            return open_store(url, mode="r")
+        return open_store(url, mode="a" if create or not _is_local(url) else "r+")
+    except StoreNotFoundError:
+        raise _Failure(f"no store at {_redact(url)}; use --create to make one") from None
     except Exception as error:  # noqa: BLE001 - any failure to open is reported in one line
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise _Failure(f"cannot open store {_redact(url)}: {message}") from None
+
+
+def _is_local(url: str) -> bool:
+    """Whether ``url`` names a file or folder here, which opening in mode 'a' would create.
+
+    Only those are refused when missing: a prefix in a server or a bucket
+    is no store of its own until something is written to it.
+    """
+    from zstores.urls import SCHEMES
+
+    scheme, separator, _ = str(url).partition("://")
+    if not separator:
+        return True  # a plain path
+    spec = SCHEMES.get(scheme.lower())
+    return spec is not None and spec.location == "path" and scheme.lower() not in _OBJECTS
+
+
+_OBJECTS = ("s3", "gs", "az")  # their "path" is a bucket and prefix, not a local file
 
 
 def _serve(args: argparse.Namespace, store: Any, mountpoint: str, extra: dict[str, Any],
@@ -417,7 +444,7 @@ def _daemon(args: argparse.Namespace, mountpoint: str, extra: dict[str, Any],
     os.dup2(ready_fd, 2)
     _configure_logging(None)
     try:
-        store = _open(args.url, args.read_only or args.snapshot)
+        store = _open(args.url, args.read_only or args.snapshot, args.create)
     except _Failure as error:
         print(visible(f"zfuse: error: {error}"), file=sys.stderr, flush=True)
         return 1

@@ -165,10 +165,12 @@ def run(args: argparse.Namespace) -> int:
     path = path_argument(args.path)
     with ExitStack() as stack:
         src = stack.enter_context(open_url(args.src, "r"))
+        # Everything SRC can refuse is found before DST is opened: a copy that
+        # fails there creates no DST (opening one in mode "a" makes it).
+        keys = _source_keys(src, path, args.src)
         dst = stack.enter_context(open_url(args.dst, "a"))
         if src == dst:
             raise UsageError(f"SRC and DST are the same store ({shown(args.src)})")
-        keys = _source_keys(src, path, args.src)
         existing = _existing_keys(dst, path)
         if args.if_exists != "overwrite":
             _refuse_mixing(src, dst, keys, existing, path)
