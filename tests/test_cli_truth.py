@@ -290,3 +290,123 @@ def test_rm_says_what_will_go_and_asks_on_a_terminal(tmp_path: Path) -> None:
     assert accepted.returncode == 0 and accepted.stdout.startswith("removed 19 keys (")
     with zstores.open_store(url, mode="r") as store:
         assert not any(key.startswith("g/") for key in store)
+
+
+# -------------------------------------------------------------------- migrate
+def _zarray(**fields: object) -> bytes:
+    document = {"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i4",
+                "compressor": None, "fill_value": 0, "order": "C", "filters": None}
+    document.update(fields)
+    return json.dumps(document).encode()
+
+
+def test_migrate_refuses_broken_documents_and_skips_them_only_when_asked(
+        tmp_path: Path) -> None:
+    url = str(tmp_path / "m.zarr")
+    store = zstores.DirectoryStore(url)
+    zstores.init_group(store)
+    for name in ("a", "b", "c"):
+        zstores.init_array(store, shape=(6,), chunks=(3,), dtype="<f8", path=name,
+                           compressor=numcodecs.Zlib())
+    store["bad/.zarray"] = _zarray(chunks=[0])
+    store["worse/.zarray"] = _zarray(compressor="zlib")
+    refused = zstores_cmd("migrate", url, "--to", "3")
+    assert refused.code == 1
+    worse = refused.out.splitlines()[-1]
+    assert worse.startswith("worse/.zarray: breaks the spec: ") and "'zlib'" in worse
+    assert refused.out.splitlines() == [
+        "bad/.zarray: breaks the spec: 'chunks' entries must be >= 1, not [0]",
+        worse]
+    assert refused.err == ("zstores migrate: error: 2 metadata documents break the Zarr "
+                           "specification; nothing was written (zstores verify shows them; "
+                           "--skip-broken migrates the rest)\n")
+    assert not [key for key in store if key.endswith("zarr.json")]
+    skipped = zstores_cmd("migrate", url, "--to", "3", "--skip-broken")
+    assert skipped.code == 0
+    assert _first(skipped.out).startswith("skipped bad/.zarray: breaks the spec")
+    group = zarr.open_group(zstores.zarr_store(zstores.DirectoryStore(url), mode="r"),
+                            mode="r", zarr_format=3)
+    assert sorted(name for name, _ in group.arrays()) == ["a", "b", "c"]
+    for name in ("a", "b", "c"):  # every migrated array opens and reads in zarr-python 3
+        assert zarr.open_array(group.store, path=name, mode="r")[:].tolist() == [0.0] * 6
+
+
+def test_migrate_v1_checks_first_and_has_a_dry_run(tmp_path: Path) -> None:
+    store = zstores.DirectoryStore(str(tmp_path / "old"))
+    meta = {"zarr_format": 1, "shape": [4], "chunks": [2], "dtype": "<i4",
+            "compression": "zlib", "compression_opts": 1, "fill_value": 0, "order": "C"}
+    store["meta"] = json.dumps({**meta, "shape": [-100]}).encode()
+    refused = zstores_cmd("migrate", store.path)
+    assert refused.code == 1 and refused.err.startswith(
+        "zstores migrate: error: 'meta' would become a .zarray that breaks the spec: ")
+    store["meta"] = json.dumps(meta).encode()
+    dry = zstores_cmd("migrate", store.path, "--dry-run")
+    assert (dry.code, _first(dry.out)) == (0, "would write .zarray (237 bytes)")
+    assert dry.out.splitlines()[-1] == "would remove meta" and sorted(store) == ["meta"]
+    done = zstores_cmd("migrate", store.path)
+    assert (done.code, sorted(store)) == (0, [".zarray"])
+    assert zarr.open_array(zstores.zarr_store(store, mode="r"), mode="r", zarr_format=2).shape \
+        == (4,)
+
+
+_FIELD_VALUES = {
+    "shape": [[4], [0], [-5], [4, 4], "x", [4.5], []],
+    "chunks": [[2], [0], [-1], [2, 2], [5], None],
+    "dtype": ["<i4", "|u1", "<f8", "nonsense", 5, "|O", "<U3"],
+    "fill_value": [0, None, "abc", 1000, "NaN", 1.5, [1]],
+    "compressor": [None, {"id": "zlib", "level": 1}, "zlib", {"id": "nosuch"}, {}],
+    "order": ["C", "F", "x"],
+    "filters": [None, [], "x", [{"id": "delta", "dtype": "<i4"}]],
+    "dimension_separator": [".", "/", "x", 3],
+    "zarr_format": [2, 3, "2"],
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=st.fixed_dictionaries({}, optional={
+    name: st.sampled_from(values) for name, values in _FIELD_VALUES.items()}))
+def test_malformed_zarray_never_gives_a_traceback_or_a_document_verify_rejects(
+        changes: dict[str, object]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        store = zstores.DirectoryStore(folder)
+        zstores.init_group(store)
+        store["x/.zarray"] = _zarray(**changes)
+        for command in (["verify", folder], ["info", folder, "x"]):
+            code, _ = _run_in_process(*command)
+            assert code in (0, 1)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code, _ = _run_in_process("migrate", folder, "--to", "3")
+        assert code in (0, 1) and "Error: " not in err.getvalue(), err.getvalue()
+        if code == 0:  # what it wrote, verify accepts
+            del store["x/.zarray"], store[".zgroup"]
+            verdict, lines = _run_in_process("verify", folder, "--json")
+            problems = json.loads("\n".join(lines))["problems"]
+            assert verdict == 0, problems
+
+
+# ----------------------------------------------------------------------- info
+@pytest.mark.parametrize(("grid", "expected"), [
+    ({"name": "regular", "configuration": {"chunk_shape": [-1]}},
+     "'chunk_shape' must hold integers >= 1, not [-1]"),
+    ({"name": "irregular"}, "chunk grid 'irregular' is not read (only 'regular')")])
+def test_info_reports_a_broken_v3_document_instead_of_its_values(
+        tmp_path: Path, grid: dict[str, object], expected: str) -> None:
+    store = zstores.DirectoryStore(str(tmp_path / "s"))
+    store["t/zarr.json"] = json.dumps({
+        "zarr_format": 3, "node_type": "array", "shape": [100], "data_type": "uint8",
+        "chunk_grid": grid, "chunk_key_encoding": {"name": "default"},
+        "codecs": [{"name": "bytes"}], "fill_value": 0}).encode()
+    done = zstores_cmd("info", store.path, "t")
+    assert (done.code, done.out, done.err) == (
+        1, "", f"zstores info: error: t: unreadable metadata: {expected}\n")
+
+
+def test_info_of_a_chunk_key_shows_its_size_and_array(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'exp.sqlite'}"
+    written = write_sample(url)
+    done = zstores_cmd("info", url, "g/temp/1.2")
+    assert (done.code, done.out.splitlines()) == (0, [
+        "Name             : /g/temp/1.2", "Type             : chunk",
+        "Array            : /g/temp", "Store type       : SQLiteStore",
+        f"No. bytes stored : {len(written['g/temp/1.2'])}"])
