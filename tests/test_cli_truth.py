@@ -410,3 +410,25 @@ def test_info_of_a_chunk_key_shows_its_size_and_array(tmp_path: Path) -> None:
         "Name             : /g/temp/1.2", "Type             : chunk",
         "Array            : /g/temp", "Store type       : SQLiteStore",
         f"No. bytes stored : {len(written['g/temp/1.2'])}"])
+
+
+# ---------------------------------------------------------------------- doors
+def test_cp_takes_its_path_after_options(tmp_path: Path) -> None:
+    src, dst = str(tmp_path / "weather.sqlite"), str(tmp_path / "weather.zip")
+    write_sample(src)
+    done = zstores_cmd("cp", src, dst, "--if-exists", "overwrite", "g/temp")
+    assert done.code == 0 and done.out.startswith("copied 17 keys (")
+    extra = zstores_cmd("cp", src, dst, "--jobs", "2", "g", "more")
+    assert (extra.code, extra.err) == (
+        2, "zstores: error: unrecognized arguments: g more (see zstores --help)\n")
+
+
+def test_a_key_the_destination_refuses_is_one_short_line_and_exit_1(tmp_path: Path) -> None:
+    src = f"sqlite://{tmp_path / 'long.sqlite'}"
+    with zstores.open_store(src, mode="w") as store:
+        store["a/" + "x" * 400] = b"1"
+    done = zstores_cmd("cp", src, str(tmp_path / "folder"))
+    assert done.code == 1 and len(done.err_lines) == 1 and len(done.err_lines[0]) < 300
+    said = "folder refuses a key of SRC: invalid key 'a/xxxxxxxxx"
+    assert done.err.startswith("zstores cp: error: ") and said in done.err
+    assert "may be at most 255 bytes" in done.err

@@ -393,3 +393,17 @@ def test_a_runtime_folder_that_cannot_be_written_never_stops_a_mount(
         assert shown[0]["pid"] == listed[0]["pid"] is not None
     finally:
         assert run_zfuse("unmount", str(mountpoint)).returncode == 0
+
+
+def test_list_shows_a_relative_store_path_absolute(tmp_path: Path, mountpoint: Path) -> None:
+    with SQLiteStore(tmp_path / "rel.sqlite") as store:
+        store["a"] = b"1"
+    done = subprocess.run([*ZFUSE, "mount", "sqlite://rel.sqlite", str(mountpoint)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    try:
+        [entry] = [e for e in _listed() if e["mountpoint"] == str(mountpoint)]
+        assert entry["url"] == f"sqlite://{tmp_path}/rel.sqlite"  # usable from any folder
+        assert (mountpoint / "a").read_bytes() == b"1"
+    finally:
+        assert run_zfuse("unmount", str(mountpoint)).returncode == 0

@@ -244,6 +244,7 @@ def _mount(args: argparse.Namespace) -> int:
     if args.url == "-":
         args.url = _url_from_stdin()
     mountpoint = check_mountpoint(args.mountpoint)
+    args.label = _redact(_absolute(args.url))  # what zfuse list shows, from any folder
     if args.log_file:
         args.log_file = os.path.abspath(args.log_file)  # the daemon changes to /
     extra = parse_fuse_options(args.fuse_options)
@@ -329,6 +330,32 @@ def _is_local(url: str) -> bool:
     return spec is not None and spec.location == "path" and scheme.lower() not in _OBJECTS
 
 
+def _absolute(url: str) -> str:
+    """``url`` with a relative local path made absolute (other URLs as they are).
+
+    Examples
+    --------
+    >>> import os
+    >>> _absolute("run1.lmdb") == os.path.join(os.getcwd(), "run1.lmdb")
+    True
+    >>> _absolute("lmdb://x.lmdb?map_size=1") == f"lmdb://{os.getcwd()}/x.lmdb?map_size=1"
+    True
+    >>> _absolute("redis://host/0")
+    'redis://host/0'
+    """
+    from urllib.parse import quote, unquote
+
+    if not _is_local(url):
+        return url
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return os.path.abspath(url)
+    path, question, query = rest.partition("?")
+    if path.startswith("/"):
+        return url
+    return f"{scheme}://{quote(os.path.abspath(unquote(path)))}{question}{query}"
+
+
 _OBJECTS = ("s3", "gs", "az")  # their "path" is a bucket and prefix, not a local file
 
 
@@ -337,7 +364,8 @@ def _serve(args: argparse.Namespace, store: Any, mountpoint: str, extra: dict[st
     _one_malloc_arena()
     mount(store, mountpoint, read_only=args.read_only, foreground=True,
           attr_timeout=args.attr_timeout, allow_other=args.allow_other,
-          fuse_options_extra=extra, label=_redact(args.url), snapshot=args.snapshot,
+          fuse_options_extra=extra, label=getattr(args, "label", _redact(args.url)),
+          snapshot=args.snapshot,
           **options)
 
 

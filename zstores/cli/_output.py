@@ -7,6 +7,7 @@ failed), 2 for a usage error, 130 after Ctrl-C (SIGINT).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
@@ -18,8 +19,10 @@ __all__ = [
     "CommandError",
     "Interrupted",
     "UsageError",
+    "MESSAGE_LIMIT",
     "human_size",
     "one_line",
+    "shortened",
     "plural",
     "print_json",
     "print_problems",
@@ -63,6 +66,31 @@ def one_line(text: str) -> str:
     """
     parts = [part.strip() for part in str(text).splitlines()]
     return "; ".join(part for part in parts if part)
+
+
+#: The most characters of an error line: a long key is shortened in the middle.
+MESSAGE_LIMIT = 299
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text``, or its start and end joined by ``" ... "`` when longer than ``limit``.
+
+    Examples
+    --------
+    >>> shortened("a" * 10 + "b" * 10, 13)
+    'aaaaaa ... bb'
+    >>> shortened(f"invalid key 'k/{'x' * 400}': too long", 80)
+    "invalid key 'k/xxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxx': too long"
+    """
+    if len(text) <= limit:
+        return text
+    # Long words first (a key, a path): the rule broken stays whole.
+    text = re.sub(r"\S{49,}", lambda word: word[0][:24] + "..." + word[0][-20:], text)
+    if len(text) <= limit:
+        return text
+    keep = limit - 5
+    head = keep - keep // 3  # the start says what failed; the end often says why
+    return text[:head] + " ... " + text[len(text) - (keep - head):]
 
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base import Store
+from ..errors import InvalidKeyError
 from ..keys import RESERVED_PREFIX
 from ..metadata.documents import metadata_format
 from ._common import (
@@ -177,7 +178,12 @@ def run(args: argparse.Namespace) -> int:
         if args.if_exists == "error":
             _refuse_existing(keys, existing, dst, args.dst)
         marked = _mark_incomplete(dst, args.src, path)
-        tally = _copy_all(args, src, dst, keys, existing, path)
+        try:
+            tally = _copy_all(args, src, dst, keys, existing, path)
+        except InvalidKeyError as error:  # DST's rule, not a usage error: exit status 1
+            raise CommandError(f"{shown(args.dst)} refuses a key of SRC: {error}; the copy is "
+                               "unfinished (copy into another backend, or "
+                               "leave that key out with PATH)") from None
         complete = not tally.conflicts and not tally.mismatches
         if marked and complete:
             del dst[INCOMPLETE_COPY]
