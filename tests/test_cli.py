@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import zstores
+from zstores.cli._common import INCOMPLETE_COPY
 from zstores.cli._output import human_size
 
 from cli_helpers import (
@@ -265,6 +266,10 @@ def test_cp_interrupted_by_sigint_resumes_and_verifies(kind: str, tmp_path: Path
                         r"to finish \(keys already copied are skipped\)", messages[0])
     source = contents(src)
     partial = contents(dst)  # only whole values, each exactly the source's
+    assert json.loads(partial.pop(INCOMPLETE_COPY)) == {"src": src, "path": ""}
+    unfinished = zstores_cmd("info", dst)
+    said = f"{INCOMPLETE_COPY}: an unfinished copy: `zstores cp {src!r}` into this store"
+    assert unfinished.code == 1 and said in unfinished.out
     assert 0 < len(partial) < total
     assert all(source[key] == value for key, value in partial.items())
     resumed = zstores_cmd("cp", src, dst)

@@ -87,7 +87,7 @@ def test_mount_options_reach_the_mount(tmp_path: Path, mountpoint: Path) -> None
 
 
 @pytest.mark.parametrize("problem", ["missing", "not-empty", "already-mounted", "bad-url",
-                                     "no-such-store", "bad-fuse-option"])
+                                     "no-such-store", "no-such-store-rw", "bad-fuse-option"])
 def test_bad_input_is_one_line_and_mounts_nothing(problem: str, tmp_path: Path,
                                                   mountpoint: Path) -> None:
     url, target = f"lmdb://{tmp_path / 'data.lmdb'}", mountpoint
@@ -108,8 +108,9 @@ def test_bad_input_is_one_line_and_mounts_nothing(problem: str, tmp_path: Path,
 
     before = ours()
     try:
-        extra = {"no-such-store": ["--read-only"], "bad-fuse-option": ["-o", "no_such_option"]}
-        args = ["mount", url, str(target), *extra.get(problem, [])]
+        extra = {"no-such-store": ["--read-only"], "no-such-store-rw": [],
+                 "bad-fuse-option": ["--create", "-o", "no_such_option"]}
+        args = ["mount", url, str(target), *extra.get(problem, ["--create"])]
         done = run_zfuse(*args)
     finally:
         after = ours()
@@ -121,13 +122,16 @@ def test_bad_input_is_one_line_and_mounts_nothing(problem: str, tmp_path: Path,
     assert len(lines) == 1 and lines[0].startswith("zfuse: error: "), done.stderr
     if problem == "bad-fuse-option":
         assert "no_such_option" in lines[0]  # libfuse's own reason, on the same line
+    if problem == "no-such-store-rw":  # a mistyped path creates nothing
+        assert lines == [f"zfuse: error: no store at {url}; use --create to make one"]
+        assert not (tmp_path / "data.lmdb").exists()
     assert after == before
 
 
 def test_killed_daemon_leaves_a_mount_unmount_clears_and_completed_writes(
         tmp_path: Path, mountpoint: Path) -> None:
     store_path = tmp_path / "data.lmdb"
-    done = run_zfuse("mount", f"lmdb://{store_path}", str(mountpoint))
+    done = run_zfuse("mount", f"lmdb://{store_path}", str(mountpoint), "--create")
     assert done.returncode == 0, done.stderr
     pid = _daemon_pid(done.stdout)
     for i in range(20):
@@ -151,7 +155,7 @@ def test_foreground_mount_unmounts_cleanly_on_a_signal(signum: int, tmp_path: Pa
                                                       mountpoint: Path) -> None:
     store_path = tmp_path / "data.sqlite"
     process = subprocess.Popen([*ZFUSE, "mount", f"sqlite://{store_path}", str(mountpoint),
-                                "--foreground"], stderr=subprocess.PIPE, text=True)
+                                "--foreground", "--create"], stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not zfuse.is_mounted(mountpoint) and time.monotonic() < deadline:
@@ -387,5 +391,19 @@ def test_a_runtime_folder_that_cannot_be_written_never_stops_a_mount(
         # Found in the mount table all the same, with its daemon; only the URL is unknown.
         assert [(e["url"], e["status"]) for e in shown] == [(None, "running")]
         assert shown[0]["pid"] == listed[0]["pid"] is not None
+    finally:
+        assert run_zfuse("unmount", str(mountpoint)).returncode == 0
+
+
+def test_list_shows_a_relative_store_path_absolute(tmp_path: Path, mountpoint: Path) -> None:
+    with SQLiteStore(tmp_path / "rel.sqlite") as store:
+        store["a"] = b"1"
+    done = subprocess.run([*ZFUSE, "mount", "sqlite://rel.sqlite", str(mountpoint)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    try:
+        [entry] = [e for e in _listed() if e["mountpoint"] == str(mountpoint)]
+        assert entry["url"] == f"sqlite://{tmp_path}/rel.sqlite"  # usable from any folder
+        assert (mountpoint / "a").read_bytes() == b"1"
     finally:
         assert run_zfuse("unmount", str(mountpoint)).returncode == 0

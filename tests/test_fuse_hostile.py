@@ -283,7 +283,7 @@ def daemon_mount(mountpoint: Path, tmp_path: Path) -> Iterator[Callable[[str, Pa
     mounted: list[Path] = []
 
     def start(url: str, where: Path) -> Path:
-        done = run_zfuse("mount", url, str(where), "--attr-timeout", "0",
+        done = run_zfuse("mount", url, str(where), "--create", "--attr-timeout", "0",
                          "--log-file", str(tmp_path / "zfuse.log"))
         assert done.returncode == 0, done.stderr
         mounted.append(where)

@@ -33,6 +33,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from zstores.cli._output import say, visible
+
 from . import registry
 from ._libfuse import require_mfusepy
 from .mount import MountError, check_mountpoint, mount, raise_read_ahead, unmount
@@ -147,6 +149,10 @@ def _parser() -> argparse.ArgumentParser:
     mount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
     mount_cmd.add_argument("--read-only", action="store_true",
                            help="open the store read-only and refuse every change (EROFS)")
+    mount_cmd.add_argument("--create", action="store_true",
+                           help="make the store if there is none at URL (a file, folder, "
+                           "archive or database); without it, a store that does not exist "
+                           "is refused, so that a mistyped path creates nothing")
     mount_cmd.add_argument("--snapshot", action="store_true",
                            help="serve one version of the store (a snapshot taken at mount) "
                            "for the mount's life, read-only, while writers go on; LMDB, "
@@ -205,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _list(args.json)
         return _mount(args)
     except (_Failure, MountError) as error:
-        print(f"zfuse: error: {error}", file=sys.stderr)
+        say(f"zfuse: error: {error}", file=sys.stderr)
         return 1
 
 
@@ -228,7 +234,7 @@ def _list(as_json: bool) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         cells = (cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
-        print("  ".join(cells) + "  " + row[3])
+        say("  ".join(cells) + "  " + row[3])
     return 0
 
 
@@ -238,21 +244,22 @@ def _mount(args: argparse.Namespace) -> int:
     if args.url == "-":
         args.url = _url_from_stdin()
     mountpoint = check_mountpoint(args.mountpoint)
+    args.label = _redact(_absolute(args.url))  # what zfuse list shows, from any folder
     if args.log_file:
         args.log_file = os.path.abspath(args.log_file)  # the daemon changes to /
     extra = parse_fuse_options(args.fuse_options)
     if args.foreground:
         _configure_logging(args.log_file)
-        store = _open(args.url, args.read_only or args.snapshot)
+        store = _open(args.url, args.read_only or args.snapshot, args.create)
         try:
-            _serve(args, store, mountpoint, extra, on_ready=lambda: print(
+            _serve(args, store, mountpoint, extra, on_ready=lambda: say(
                 f"zfuse: {_redact(args.url)} mounted at {mountpoint}; Ctrl-C unmounts",
-                file=sys.stderr, flush=True), fsname=f"zfuse-{os.getpid()}")
+                file=sys.stderr), fsname=f"zfuse-{os.getpid()}")
         finally:
             store.close()
         return 0
     pid = _start_daemon(args, mountpoint, extra)
-    print(f"zfuse: {_redact(args.url)} mounted at {mountpoint} (daemon pid {pid}); "
+    say(f"zfuse: {_redact(args.url)} mounted at {mountpoint} (daemon pid {pid}); "
           f"unmount with: zfuse unmount {mountpoint}")
     return 0
 
@@ -291,16 +298,65 @@ def _redact(url: str) -> str:
     return redact_url(url)
 
 
-def _open(url: str, read_only: bool) -> Any:
+def _open(url: str, read_only: bool, create: bool = False) -> Any:
+    from zstores.errors import StoreNotFoundError
     from zstores.urls import is_read_only_url, open_store
 
     try:
         # A store that can only be read (http://) is mounted read-only without --read-only.
         read_only = read_only or is_read_only_url(url)
-        return open_store(url, mode="r" if read_only else "a")
+        if read_only:
+            return open_store(url, mode="r")
+        return open_store(url, mode="a" if create or not _is_local(url) else "r+")
+    except StoreNotFoundError:
+        raise _Failure(f"no store at {_redact(url)}; use --create to make one") from None
     except Exception as error:  # noqa: BLE001 - any failure to open is reported in one line
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise _Failure(f"cannot open store {_redact(url)}: {message}") from None
+
+
+def _is_local(url: str) -> bool:
+    """Whether ``url`` names a file or folder here, which opening in mode 'a' would create.
+
+    Only those are refused when missing: a prefix in a server or a bucket
+    is no store of its own until something is written to it.
+    """
+    from zstores.urls import SCHEMES
+
+    scheme, separator, _ = str(url).partition("://")
+    if not separator:
+        return True  # a plain path
+    spec = SCHEMES.get(scheme.lower())
+    return spec is not None and spec.location == "path" and scheme.lower() not in _OBJECTS
+
+
+def _absolute(url: str) -> str:
+    """``url`` with a relative local path made absolute (other URLs as they are).
+
+    Examples
+    --------
+    >>> import os
+    >>> _absolute("run1.lmdb") == os.path.join(os.getcwd(), "run1.lmdb")
+    True
+    >>> _absolute("lmdb://x.lmdb?map_size=1") == f"lmdb://{os.getcwd()}/x.lmdb?map_size=1"
+    True
+    >>> _absolute("redis://host/0")
+    'redis://host/0'
+    """
+    from urllib.parse import quote, unquote
+
+    if not _is_local(url):
+        return url
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return os.path.abspath(url)
+    path, question, query = rest.partition("?")
+    if path.startswith("/"):
+        return url
+    return f"{scheme}://{quote(os.path.abspath(unquote(path)))}{question}{query}"
+
+
+_OBJECTS = ("s3", "gs", "az")  # their "path" is a bucket and prefix, not a local file
 
 
 def _serve(args: argparse.Namespace, store: Any, mountpoint: str, extra: dict[str, Any],
@@ -308,7 +364,8 @@ def _serve(args: argparse.Namespace, store: Any, mountpoint: str, extra: dict[st
     _one_malloc_arena()
     mount(store, mountpoint, read_only=args.read_only, foreground=True,
           attr_timeout=args.attr_timeout, allow_other=args.allow_other,
-          fuse_options_extra=extra, label=_redact(args.url), snapshot=args.snapshot,
+          fuse_options_extra=extra, label=getattr(args, "label", _redact(args.url)),
+          snapshot=args.snapshot,
           **options)
 
 
@@ -358,7 +415,7 @@ def _start_daemon(args: argparse.Namespace, mountpoint: str, extra: dict[str, An
         try:
             status = _daemon(args, mountpoint, extra, write_end)
         except BaseException as error:  # noqa: BLE001 - reported through the pipe
-            print(f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
+            print(visible(f"{type(error).__name__}: {error}"), file=sys.stderr, flush=True)
         finally:
             os._exit(status)
     os.close(write_end)
@@ -415,9 +472,9 @@ def _daemon(args: argparse.Namespace, mountpoint: str, extra: dict[str, Any],
     os.dup2(ready_fd, 2)
     _configure_logging(None)
     try:
-        store = _open(args.url, args.read_only or args.snapshot)
+        store = _open(args.url, args.read_only or args.snapshot, args.create)
     except _Failure as error:
-        print(f"zfuse: error: {error}", file=sys.stderr, flush=True)
+        print(visible(f"zfuse: error: {error}"), file=sys.stderr, flush=True)
         return 1
     os.chdir("/")
 
@@ -435,7 +492,7 @@ def _daemon(args: argparse.Namespace, mountpoint: str, extra: dict[str, Any],
     try:
         _serve(args, store, mountpoint, extra, on_ready=ready, fsname=f"zfuse-{os.getpid()}")
     except MountError as error:
-        print(f"zfuse: error: {error}", file=sys.stderr, flush=True)
+        print(visible(f"zfuse: error: {error}"), file=sys.stderr, flush=True)
         return 1
     finally:
         store.close()

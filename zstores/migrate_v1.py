@@ -7,7 +7,7 @@ compressor as a numcodecs config.  Chunk keys are the same in both.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import numcodecs
@@ -15,8 +15,9 @@ import numpy as np
 
 from .metadata import v2
 from .metadata.documents import ARRAY_V2, ATTRS_V2, MetadataError, load_json
+from .metadata.nodes import classify
 
-__all__ = ["migrate_1to2"]
+__all__ = ["migrate_1to2", "plan_1to2"]
 
 _V1_FIELDS = ("shape", "chunks", "dtype", "compression", "compression_opts", "fill_value", "order")
 
@@ -53,7 +54,58 @@ def _v1_compressor_config(compression: str | None, options: Any) -> dict[str, An
     return codec.get_config()
 
 
-def migrate_1to2(store: MutableMapping[str, Any]) -> None:
+def plan_1to2(store: Mapping[str, Any]) -> dict[str, bytes]:
+    """The spec v2 documents ``migrate_1to2`` would write, checked, computed without writing.
+
+    The ``.zarray`` is checked by the rules ``zstores verify`` applies, so
+    a ``meta`` that would become metadata zarr refuses is refused here.
+
+    Raises
+    ------
+    KeyError
+        If there is no ``meta`` key.
+    MetadataError
+        If ``meta`` is not valid v1 metadata, or would not become a valid
+        ``.zarray`` (the message names ``meta`` and the rule broken).
+
+    Examples
+    --------
+    >>> store = {"meta": b'{"zarr_format": 1, "shape": [-4], "chunks": [2], '
+    ...          b'"dtype": "<i4", "compression": null, "compression_opts": null, '
+    ...          b'"fill_value": 0, "order": "C"}'}
+    >>> plan_1to2(store)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    zstores.metadata.MetadataError: 'meta' would become a .zarray that breaks the spec: ...
+    """
+    meta = _decode_v1_metadata(store["meta"])
+    try:
+        dtype = v2.parse_dtype(meta["dtype"])
+        zarray = v2.encode_array(
+            shape=tuple(meta["shape"]),
+            chunks=tuple(meta["chunks"]),
+            dtype=dtype,
+            compressor=_v1_compressor_config(meta["compression"], meta["compression_opts"]),
+            fill_value=_v1_fill_value(meta["fill_value"], dtype),
+            order=meta["order"],
+            filters=None,
+        )
+    except MetadataError as error:
+        raise MetadataError(f"'meta': {error}") from None
+    except (TypeError, ValueError, AttributeError) as error:
+        raise MetadataError(f"'meta' cannot be converted: {type(error).__name__}: "
+                            f"{error}") from None
+    problems = classify("", ARRAY_V2, load_json(zarray, key=ARRAY_V2)).problems
+    if problems:
+        raise MetadataError(f"'meta' would become a .zarray that breaks the spec: "
+                            f"{'; '.join(problems)}")
+    written = {ARRAY_V2: bytes(zarray)}
+    if "attrs" in store:
+        written[ATTRS_V2] = bytes(store["attrs"])
+    return written
+
+
+def migrate_1to2(store: MutableMapping[str, Any]) -> dict[str, bytes]:
     """Convert a Zarr spec v1 array at the root of ``store`` to spec v2.
 
     ``meta`` becomes ``.zarray`` (``compression`` and ``compression_opts``
@@ -71,29 +123,28 @@ def migrate_1to2(store: MutableMapping[str, Any]) -> None:
     KeyError
         If there is no ``meta`` key.
     MetadataError
-        If ``meta`` is not valid v1 metadata.
+        If ``meta`` is not valid v1 metadata or would become an invalid
+        ``.zarray`` (nothing is written then).
+
+    Returns
+    -------
+    dict
+        The documents written, by key.
 
     Examples
     --------
     >>> store = {"meta": b'{"zarr_format": 1, "shape": [4], "chunks": [2], '
     ...          b'"dtype": "<i4", "compression": "zlib", "compression_opts": 1, '
     ...          b'"fill_value": 0, "order": "C"}', "attrs": b"{}"}
-    >>> migrate_1to2(store)
+    >>> sorted(migrate_1to2(store))
+    ['.zarray', '.zattrs']
     >>> sorted(store)
     ['.zarray', '.zattrs']
     """
-    meta = _decode_v1_metadata(store["meta"])
-    dtype = v2.parse_dtype(meta["dtype"])
-    store[ARRAY_V2] = v2.encode_array(
-        shape=tuple(meta["shape"]),
-        chunks=tuple(meta["chunks"]),
-        dtype=dtype,
-        compressor=_v1_compressor_config(meta["compression"], meta["compression_opts"]),
-        fill_value=_v1_fill_value(meta["fill_value"], dtype),
-        order=meta["order"],
-        filters=None,
-    )
+    written = plan_1to2(store)
+    for key, value in written.items():
+        store[key] = value
     if "attrs" in store:
-        store[ATTRS_V2] = store["attrs"]
         del store["attrs"]
     del store["meta"]
+    return written

@@ -51,8 +51,10 @@ from .metadata.documents import (
     MetadataError,
     load_json,
 )
+from .metadata.nodes import classify
 
-__all__ = ["V2_METADATA_NAMES", "Migration", "migrate_2to3", "plan_2to3"]
+__all__ = ["V2_METADATA_NAMES", "BrokenMetadataError", "Migration", "migrate_2to3",
+           "plan_2to3"]
 
 #: The key names of format 2 metadata, removed by ``remove_v2_metadata=True``.
 V2_METADATA_NAMES = V2_NAMES
@@ -75,6 +77,23 @@ class Migration:
     arrays: int = 0
     groups: int = 0
     consolidated: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (key, why): left as v2
+
+
+class BrokenMetadataError(MetadataError):
+    """Metadata documents break the specification: a migration would write what zarr refuses.
+
+    ``problems`` lists ``(key, rule broken)`` for every one of them, checked
+    by the rules ``zstores verify`` applies (``zstores.metadata.nodes.classify``).
+    """
+
+    def __init__(self, problems: list[tuple[str, str]], store: object) -> None:
+        self.problems = problems
+        key, why = problems[0]
+        count = f"{len(problems)} metadata documents break" if len(problems) > 1 else \
+            "a metadata document breaks"
+        super().__init__(f"{count} the Zarr specification in {store!r} (first: {key!r} "
+                         f"{why}); nothing was migrated")
 
 
 def _split(key: str) -> tuple[str, str]:
@@ -180,11 +199,74 @@ def _removal_order(key: str) -> tuple[int, int, str]:
     return rank, -_depth(path), key
 
 
-def plan_2to3(store: Store) -> Migration:
+def _problems_v2(documents: Mapping[str, Any]) -> dict[str, str]:
+    """``{key: why}`` for each ``.zarray``/``.zgroup`` that breaks the v2 specification."""
+    found = {}
+    for key, document in documents.items():
+        path, name = _split(key)
+        if name in (ARRAY_V2, GROUP_V2):
+            problems = classify(path, name, document).problems
+            if problems:
+                found[key] = "breaks the spec: " + "; ".join(problems)
+    return found
+
+
+def _problems_v3(nodes: Mapping[str, dict[str, Any]]) -> dict[str, str]:
+    """``{path: why}`` for each built ``zarr.json`` verify would reject (never written)."""
+    found = {}
+    for path, document in nodes.items():
+        problems = classify(path, NODE_V3, document).problems
+        if problems:
+            found[path] = "would become a zarr.json that breaks the spec (v3): " + \
+                "; ".join(problems)
+    return found
+
+
+def _without(documents: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+    """``documents`` less the node documents ``keys`` and the ``.zattrs`` beside them."""
+    paths = {_split(key)[0] for key in keys}
+    return {key: document for key, document in documents.items()
+            if key not in keys and not (_split(key)[1] == ATTRS_V2 and _split(key)[0] in paths)}
+
+
+def _checked(documents: dict[str, Any], existing: Mapping[str, Any], store: Store,
+             skip_broken: bool) -> tuple[dict[str, Any], dict[str, dict[str, Any]],
+                                         list[tuple[str, str]]]:
+    """The documents and nodes to migrate, and the broken ones left out (when asked)."""
+    broken = _problems_v2(documents)
+    if broken and not skip_broken:
+        raise BrokenMetadataError(sorted(broken.items()), store)
+    documents = _without(documents, set(broken))
+    nodes = _nodes(documents, existing, store)
+    unreadable = {_prefix(path) + ARRAY_V2: why for path, why in _problems_v3(nodes).items()}
+    if unreadable and not skip_broken:
+        raise BrokenMetadataError(sorted(unreadable.items()), store)
+    if unreadable:
+        documents = _without(documents, set(unreadable))
+        nodes = _nodes(documents, existing, store)
+    return documents, nodes, sorted({**broken, **unreadable}.items())
+
+
+def plan_2to3(store: Store, *, skip_broken: bool = False) -> Migration:
     """What ``migrate_2to3`` would write, computed without writing anything.
+
+    Every ``.zarray`` and ``.zgroup`` is first checked by the rules ``zstores
+    verify`` applies, and so is every ``zarr.json`` built from them.
+
+    Parameters
+    ----------
+    store : zstores.Store
+        The store.
+    skip_broken : bool
+        Leave the nodes whose documents break the specification as they
+        are (listed in ``skipped``) and migrate the rest, instead of
+        refusing the whole migration.
 
     Raises
     ------
+    BrokenMetadataError
+        If a document breaks the specification (unless ``skip_broken``);
+        ``problems`` names every one.
     MetadataError
         If there is no v2 metadata, if an array cannot be expressed in format 3
         (the message names its ``.zarray`` and why), or if a node already has a
@@ -202,10 +284,10 @@ def plan_2to3(store: Store) -> Migration:
     if not documents:
         raise MetadataError(f"no Zarr format 2 metadata (.zgroup or .zarray) in {store!r}: "
                             "nothing to migrate")
-    nodes = _nodes(documents, existing, store)
+    documents, nodes, skipped = _checked(documents, existing, store, skip_broken)
     result = Migration(arrays=sum(1 for d in nodes.values() if d["node_type"] == "array"),
                        groups=sum(1 for d in nodes.values() if d["node_type"] == "group"),
-                       consolidated=_consolidate(nodes, existing, documents))
+                       consolidated=_consolidate(nodes, existing, documents), skipped=skipped)
     for path in sorted(nodes, key=lambda p: (-_depth(p), p)):
         key, value = _prefix(path) + NODE_V3, metadata_v3.encode(nodes[path])
         if path not in existing:
@@ -219,8 +301,8 @@ def plan_2to3(store: Store) -> Migration:
     return result
 
 
-def migrate_2to3(store: Store, *, dry_run: bool = False,
-                 remove_v2_metadata: bool = False) -> Migration:
+def migrate_2to3(store: Store, *, dry_run: bool = False, remove_v2_metadata: bool = False,
+                 skip_broken: bool = False) -> Migration:
     """Write format 3 metadata for the format 2 hierarchy in ``store``.
 
     Parameters
@@ -233,6 +315,9 @@ def migrate_2to3(store: Store, *, dry_run: bool = False,
         After every ``zarr.json`` is written, delete the ``.zarray``,
         ``.zgroup``, ``.zattrs`` and ``.zmetadata`` keys.  Without it both
         sets stay, and zarr-python 2 still reads the hierarchy.
+    skip_broken : bool
+        Migrate the nodes whose metadata is valid and leave the others as
+        they are (``skipped``), instead of refusing the whole migration.
 
     Returns
     -------
@@ -243,7 +328,8 @@ def migrate_2to3(store: Store, *, dry_run: bool = False,
     Raises
     ------
     MetadataError
-        As ``plan_2to3``; nothing is written then.
+        As ``plan_2to3`` (``BrokenMetadataError`` naming every broken
+        document); nothing is written then.
     UnsupportedOperationError
         If ``remove_v2_metadata`` and the store cannot delete keys (nothing written).
 
@@ -262,7 +348,7 @@ def migrate_2to3(store: Store, *, dry_run: bool = False,
     if remove_v2_metadata and not store.supports_deletes:
         raise UnsupportedOperationError(f"{store!r} cannot delete keys: migrate without "
                                         "remove_v2_metadata")
-    result = plan_2to3(store)
+    result = plan_2to3(store, skip_broken=skip_broken)
     if not remove_v2_metadata:
         result.removed = []
     if dry_run:

@@ -30,7 +30,17 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from . import consolidate, cp, du, info, ls, migrate, rm, verify
-from ._output import EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_USAGE, CommandError, one_line
+from ._output import (
+    EXIT_INTERRUPTED,
+    EXIT_PROBLEMS,
+    EXIT_USAGE,
+    MESSAGE_LIMIT,
+    CommandError,
+    one_line,
+    say,
+    shortened,
+    visible,
+)
 
 __all__ = ["main"]
 
@@ -104,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = _parse(build_parser(), argv)
     sigint = signal.getsignal(signal.SIGINT)  # a Ctrl-C ignores later ones; undone at the end
     try:
         return int(args.run(args))
@@ -119,6 +129,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if threading.current_thread() is threading.main_thread() and sigint is not None:
             signal.signal(signal.SIGINT, sigint)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The arguments, with PATH allowed after options (``cp A B --jobs 4 PATH``).
+
+    argparse takes a command's positionals in one run, so an optional PATH
+    given after an option is left over: it is taken as PATH here if the
+    command has one and it was not given.
+    """
+    args, extra = parser.parse_known_args(argv)
+    if len(extra) == 1 and not extra[0].startswith("-") and getattr(args, "path", None) == "":
+        args.path = extra[0]
+    elif extra:
+        parser.parse_args(argv)  # the usage error argparse gives, exit status 2
+    return args
 
 
 def _describe(error: BaseException) -> str:
@@ -143,7 +168,8 @@ def _fail(args: argparse.Namespace, message: str, code: int) -> int:
     if getattr(args, "debug", False):
         traceback.print_exc()
     label = "interrupted" if code == EXIT_INTERRUPTED else "error"
-    print(f"zstores {args.command}: {label}: {one_line(message)}", file=sys.stderr, flush=True)
+    line = visible(f"zstores {args.command}: {label}: {one_line(message)}")
+    say(shortened(line, MESSAGE_LIMIT), file=sys.stderr)  # escaped first: then cut
     return code
 
 

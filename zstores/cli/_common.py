@@ -13,12 +13,17 @@ from itertools import islice
 from typing import Any, Self, TypeVar
 
 from ..base import Store
-from ..keys import normalize_storage_path
+from ..keys import RESERVED_PREFIX, normalize_storage_path
+from ..metadata import MetadataError, load_json
 from ..urls import open_store, redact_url
 from ._output import UsageError
 
-__all__ = ["Pool", "add_jobs", "add_path", "add_progress", "add_url", "batches", "open_url",
-           "path_argument", "shown", "subcommand"]
+__all__ = ["INCOMPLETE_COPY", "Pool", "add_jobs", "add_path", "add_progress", "add_url",
+           "batches", "incomplete_copy", "open_url", "path_argument", "shown", "subcommand"]
+
+#: The key ``zstores cp`` writes into its destination first and deletes once every key
+#: is copied and read back: while it exists, the destination is an unfinished copy.
+INCOMPLETE_COPY = RESERVED_PREFIX + "cp-incomplete"
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -80,6 +85,32 @@ def path_argument(text: str | None) -> str:
 def open_url(url: str, mode: str) -> Store:
     """Open a store for a subcommand; errors keep the URL's password hidden."""
     return open_store(url, mode=mode)
+
+
+def incomplete_copy(store: Store) -> str | None:
+    """What an unfinished ``zstores cp`` into ``store`` left as its marker, or ``None``.
+
+    Examples
+    --------
+    >>> import zstores
+    >>> store = zstores.MemoryStore()
+    >>> incomplete_copy(store) is None
+    True
+    >>> store[INCOMPLETE_COPY] = b'{"src": "a.zip", "path": ""}'
+    >>> incomplete_copy(store)  # doctest: +ELLIPSIS
+    "an unfinished copy: `zstores cp 'a.zip'` into this store was interrupted or failed; ..."
+    """
+    try:
+        raw = store[INCOMPLETE_COPY]
+    except (KeyError, ValueError):  # ValueError: a backend that cannot hold the key
+        return None
+    try:
+        record = load_json(raw)
+        source = f"{record['src']!r}" + (f" {record['path']!r}" if record.get("path") else "")
+    except (MetadataError, KeyError, TypeError):
+        source = "SRC"
+    return (f"an unfinished copy: `zstores cp {source}` into this store was interrupted or "
+            "failed; run it again to finish it")
 
 
 def shown(url: str) -> str:

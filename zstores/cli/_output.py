@@ -7,6 +7,7 @@ failed), 2 for a usage error, 130 after Ctrl-C (SIGINT).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
@@ -18,13 +19,17 @@ __all__ = [
     "CommandError",
     "Interrupted",
     "UsageError",
+    "MESSAGE_LIMIT",
     "human_size",
     "one_line",
+    "shortened",
     "plural",
     "print_json",
     "print_problems",
     "progress_bar",
     "progress_wanted",
+    "say",
+    "visible",
 ]
 
 EXIT_OK = 0
@@ -61,6 +66,73 @@ def one_line(text: str) -> str:
     """
     parts = [part.strip() for part in str(text).splitlines()]
     return "; ".join(part for part in parts if part)
+
+
+#: The most characters of an error line: a long key is shortened in the middle.
+MESSAGE_LIMIT = 299
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text``, or its start and end joined by ``" ... "`` when longer than ``limit``.
+
+    Examples
+    --------
+    >>> shortened("a" * 10 + "b" * 10, 13)
+    'aaaaaa ... bb'
+    >>> shortened(f"invalid key 'k/{'x' * 400}': too long", 80)
+    "invalid key 'k/xxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxx': too long"
+    """
+    if len(text) <= limit:
+        return text
+    # Long words first (a key, a path): the rule broken stays whole.
+    text = re.sub(r"\S{49,}", lambda word: word[0][:24] + "..." + word[0][-20:], text)
+    if len(text) <= limit:
+        return text
+    keep = limit - 5
+    head = keep - keep // 3  # the start says what failed; the end often says why
+    return text[:head] + " ... " + text[len(text) - (keep - head):]
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def visible(text: str) -> str:
+    """``text`` with every character a terminal would act on, not show, written as an escape.
+
+    Keys, paths and document text come from the data: a key named
+    ``"x\\nno problems found"`` or holding an escape sequence must not
+    forge a line of output or move the cursor.  Every character Python does
+    not call printable (control characters, line and paragraph separators,
+    format characters such as bidirectional overrides, unassigned code
+    points) is shown as ``\\n``, ``\\x1b``, ``\\u202e`` ...; printable
+    text is left as it is.  Keys hold no backslash (zstores turns it into
+    ``/``), so a shown key cannot be mistaken for another.  Every line the
+    commands print goes through here (``say``); ``--json`` output does not
+    (JSON has its own escapes).
+
+    Examples
+    --------
+    >>> print(visible("evil\\nno problems found\\x1b[2J\\u202e"))
+    evil\\nno problems found\\x1b[2J\\u202e
+    >>> visible("température/0.0")
+    'température/0.0'
+    """
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 \
+        else f"\\U{code:08x}"
+
+
+def say(text: str = "", *, file: Any = None) -> None:
+    """Print one line of human output, every character of data in it shown (``visible``)."""
+    print(visible(text), file=sys.stdout if file is None else file)
 
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -123,7 +195,7 @@ def print_problems(lines: list[str], limit: int, breakdown: str = "", *,
     """
     out = sys.stdout if file is None else file
     for line in lines[:limit]:
-        print(f"{prefix}{line}", file=out)
+        say(f"{prefix}{line}", file=out)
     if len(lines) > limit:
         detail = f"{breakdown} in all; " if breakdown else ""
         print(f"{prefix}... and {len(lines) - limit:,} more ({detail}--json lists every one)",

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base import Store
-from ..keys import normalize_storage_path, prefix_of
+from ..keys import RESERVED_PREFIX, normalize_storage_path, prefix_of
 from ..metadata import METADATA_NAMES, NODE_NAMES
 from ..metadata.nodes import Array, find_node
+
+_RESERVED = RESERVED_PREFIX.rstrip("/")
 
 __all__ = ["Node", "children", "join", "key_prefix", "keys_under", "read_nodes", "walk"]
 
@@ -96,7 +98,8 @@ def read_nodes(store: Store, paths: Iterable[str]) -> list[Node]:
 
 def children(store: Store, path: str) -> list[Node]:
     """The nodes directly under ``path`` (metadata keys left out), sorted by name."""
-    names = [name for name in store.listdir(path) if name not in METADATA_NAMES]
+    names = [name for name in store.listdir(path) if name not in METADATA_NAMES
+             and (path or name != _RESERVED)]  # zstores' own records: no member
     return read_nodes(store, [join(path, name) for name in names])
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..base import Store
+from ._inflate import inflates_past
 
 __all__ = ["ChunkChecker", "INSTALL_HINT", "zarr_v3_problem"]
 
@@ -110,6 +111,31 @@ async def _decode_one(codec: Any, data: Any, spec: Any) -> Any:
     return decoded
 
 
+def _inflate_limit(spec: Any) -> int | None:
+    """The most bytes a stored value of ``spec``'s shape may inflate to (``None``: no bound).
+
+    Twice the chunk's bytes and 64 KiB leave room for what codecs add (a
+    shard's index, checksums, headers, an incompressible inner chunk);
+    variable-length data types have no size to bound by.
+    """
+    native = spec.dtype.to_native_dtype()
+    if not native.itemsize or native.kind in "OT":  # objects, variable-length strings
+        return None
+    return 2 * math.prod(spec.shape) * native.itemsize + (1 << 16)
+
+
+def _refuse_inflating(codec: Any, data: Any, limit: int, what: str) -> None:
+    """Raise ``_Damage`` before a codec inflates ``data`` past ``limit`` bytes."""
+    size = inflates_past(_name(codec), data.to_bytes(), limit)
+    if size is None:
+        return
+    stated = "a size it does not state (zstd inflates that without bound)" if size < 0 \
+        else f"more than {limit:,} bytes"
+    raise _Damage("wrong_size", f"{what}{_name(codec)} inflates it to {stated}, past what a "
+                  "chunk of this array can hold: not decoded (a decompression bomb, or a "
+                  "value of another array)")
+
+
 class ChunkChecker:
     """Decodes stored values of one v3 array and says what is wrong with each.
 
@@ -183,7 +209,7 @@ class ChunkChecker:
         """Decode ``raw`` through ``codecs``; raise ``_Damage`` saying what failed."""
         stages = _stages(codecs, spec)
         data = await self._undo_bytes_codecs(self._prototype.buffer.from_bytes(raw),
-                                             stages.bytes_bytes, "")
+                                             stages.bytes_bytes, "", _inflate_limit(spec))
         codec, codec_spec = stages.array_bytes
         if _name(codec) == "sharding_indexed":
             await self._check_shard(data.to_bytes(), codec, codec_spec)
@@ -201,8 +227,10 @@ class ChunkChecker:
                           f"has shape {tuple(spec.shape)}")
 
     async def _undo_bytes_codecs(self, data: Any, stages: list[tuple[Any, Any]],
-                                 what: str) -> Any:
+                                 what: str, limit: int | None = None) -> Any:
         for codec, spec in reversed(stages):
+            if limit is not None:
+                _refuse_inflating(codec, data, limit, what)
             try:
                 data = await _decode_one(codec, data, spec)
             except Exception as error:  # noqa: BLE001 - any codec failure is the finding

@@ -17,7 +17,7 @@ from typing import Any
 from ..metadata import ARRAY_V2, CONSOLIDATED_V2, GROUP_V2, NODE_V3
 from ..wrappers import consolidate_metadata
 from ._common import add_url, open_url, shown, subcommand
-from ._output import EXIT_OK, CommandError, plural
+from ._output import EXIT_OK, CommandError, plural, say
 
 __all__ = ["add_parser", "run"]
 
@@ -57,5 +57,6 @@ def run(args: argparse.Namespace) -> int:
                         .metadata["metadata"])
             where = CONSOLIDATED_V2 if zarr_format == 2 else f"{NODE_V3} (consolidated_metadata)"
             written.append(f"wrote {where} with {plural(count, 'metadata document')}")
-    print("\n".join(written))
+    for line in written:
+        say(line)
     return EXIT_OK

@@ -17,6 +17,7 @@ reverse, or a different array (or a group) at an array's path.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import threading
 from contextlib import ExitStack
@@ -24,8 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base import Store
+from ..errors import InvalidKeyError
+from ..keys import RESERVED_PREFIX
 from ..metadata.documents import metadata_format
 from ._common import (
+    INCOMPLETE_COPY,
     Pool,
     add_jobs,
     add_path,
@@ -48,6 +52,7 @@ from ._output import (
     plural,
     progress_bar,
     progress_wanted,
+    say,
 )
 from ._tree import keys_under
 
@@ -161,21 +166,47 @@ def run(args: argparse.Namespace) -> int:
     path = path_argument(args.path)
     with ExitStack() as stack:
         src = stack.enter_context(open_url(args.src, "r"))
+        # Everything SRC can refuse is found before DST is opened: a copy that
+        # fails there creates no DST (opening one in mode "a" makes it).
+        keys = _source_keys(src, path, args.src)
         dst = stack.enter_context(open_url(args.dst, "a"))
         if src == dst:
             raise UsageError(f"SRC and DST are the same store ({shown(args.src)})")
-        keys = _source_keys(src, path, args.src)
         existing = _existing_keys(dst, path)
         if args.if_exists != "overwrite":
             _refuse_mixing(src, dst, keys, existing, path)
         if args.if_exists == "error":
             _refuse_existing(keys, existing, dst, args.dst)
-        tally = _copy_all(args, src, dst, keys, existing, path)
+        marked = _mark_incomplete(dst, args.src, path)
+        try:
+            tally = _copy_all(args, src, dst, keys, existing, path)
+        except InvalidKeyError as error:  # DST's rule, not a usage error: exit status 1
+            raise CommandError(f"{shown(args.dst)} refuses a key of SRC: {error}; the copy is "
+                               "unfinished (copy into another backend, or "
+                               "leave that key out with PATH)") from None
+        complete = not tally.conflicts and not tally.mismatches
+        if marked and complete:
+            del dst[INCOMPLETE_COPY]
     return _report(args, tally, len(keys))
 
 
+def _mark_incomplete(dst: Store, src_url: str, path: str) -> bool:
+    """Mark DST an unfinished copy until every key is copied (``verify``, ``ls`` say so).
+
+    A backend that cannot hold the reserved key (an N5 layout) is copied
+    into unmarked, as before.
+    """
+    record = json.dumps({"src": shown(src_url), "path": path}).encode()
+    try:
+        dst[INCOMPLETE_COPY] = record
+    except (ValueError, KeyError):
+        return False
+    return True
+
+
 def _source_keys(src: Store, path: str, url: str) -> list[str]:
-    keys = keys_under(src, path)
+    # zstores' own records (fences, a copy marker) belong to SRC, not to its data.
+    keys = [key for key in keys_under(src, path) if not key.startswith(RESERVED_PREFIX)]
     if path and path in src:
         keys.insert(0, path)
     if path and not keys:
@@ -184,7 +215,7 @@ def _source_keys(src: Store, path: str, url: str) -> list[str]:
 
 
 def _existing_keys(dst: Store, path: str) -> set[str]:
-    existing = set(keys_under(dst, path))
+    existing = {key for key in keys_under(dst, path) if not key.startswith(RESERVED_PREFIX)}
     if path and path in dst:
         existing.add(dst.normalize(path))
     return existing
@@ -246,9 +277,9 @@ def _report(args: argparse.Namespace, tally: _Tally, total: int) -> int:
     problems += [f"{key}: the value read back from DST differs from SRC" for key in
                  tally.mismatches]
     for line in problems[:_SHOWN_PROBLEMS]:
-        print(f"zstores cp: {line}", file=sys.stderr)
+        say(f"zstores cp: {line}", file=sys.stderr)
     if len(problems) > _SHOWN_PROBLEMS:
-        print(f"zstores cp: ... and {len(problems) - _SHOWN_PROBLEMS:,} more", file=sys.stderr)
+        say(f"zstores cp: ... and {len(problems) - _SHOWN_PROBLEMS:,} more", file=sys.stderr)
     summary = f"copied {plural(tally.copied, 'key')} ({human_size(tally.copied_bytes)})"
     if tally.skipped:
         summary += (f", skipped {plural(tally.skipped, 'identical key')} "
@@ -258,5 +289,5 @@ def _report(args: argparse.Namespace, tally: _Tally, total: int) -> int:
     summary += f" ({human_size(tally.copied_bytes + tally.skipped_bytes)})"
     if tally.vanished:
         summary += f"; {plural(tally.vanished, 'key')} vanished from SRC while copying"
-    print(f"{summary}: {shown(args.src)} -> {shown(args.dst)}")
+    say(f"{summary}: {shown(args.src)} -> {shown(args.dst)}")
     return EXIT_PROBLEMS if problems else EXIT_OK

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..base import Store
 from ._common import add_path, add_url, open_url, path_argument, shown, subcommand
-from ._output import EXIT_OK, CommandError, human_size, plural, print_json
+from ._output import EXIT_OK, CommandError, human_size, plural, print_json, say
 from ._tree import join, key_prefix, keys_under, read_nodes
 
 __all__ = ["add_parser", "run"]
@@ -51,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:
         name = row["name"] + ("/" if row["type"] != "key" else "")
         count = plural(row["keys"], "key")
-        print(f"{size(row['bytes']).rjust(width)}  {count.ljust(count_width)}  {name}")
+        say(f"{size(row['bytes']).rjust(width)}  {count.ljust(count_width)}  {name}")
     count = plural(total_keys, "key")
-    print(f"{size(total_bytes).rjust(width)}  {count.ljust(count_width)}  /{path} (total)")
+    say(f"{size(total_bytes).rjust(width)}  {count.ljust(count_width)}  /{path} (total)")
     return EXIT_OK
 
 

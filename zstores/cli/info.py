@@ -10,8 +10,18 @@ import math
 from typing import Any
 
 from ..base import Store
-from ._common import add_path, add_url, open_url, path_argument, shown, subcommand
-from ._output import EXIT_OK, EXIT_PROBLEMS, CommandError, human_size, print_json
+from ..metadata import METADATA_NAMES
+from ._common import (
+    INCOMPLETE_COPY,
+    add_path,
+    add_url,
+    incomplete_copy,
+    open_url,
+    path_argument,
+    shown,
+    subcommand,
+)
+from ._output import EXIT_OK, EXIT_PROBLEMS, CommandError, human_size, print_json, say
 from ._tree import Node, children, keys_under, read_nodes
 
 __all__ = ["add_parser", "array_report", "count_chunks", "is_nested", "run"]
@@ -39,14 +49,20 @@ def run(args: argparse.Namespace) -> int:
     with open_url(args.url, "r") as store:
         [node] = read_nodes(store, [path])
         if node.problem:
-            raise CommandError(f"{node.path or '/'}: unreadable {node.kind} metadata: "
+            kind = "" if node.kind == "other" else f"{node.kind} "
+            raise CommandError(f"{node.path or '/'}: unreadable {kind}metadata: "
                                f"{node.problem}")
         if node.kind == "array":
             report = array_report(store, node)
+        elif node.kind == "other" and path and path in store:
+            report = _key_report(store, path)
         elif node.kind == "group" or not path or store.listdir(path):
             report = _group_report(store, node)
         else:
             raise CommandError(f"nothing at {path!r} in {shown(args.url)}")
+        unfinished = incomplete_copy(store)
+        if unfinished:
+            report.setdefault("problems", []).append(f"{INCOMPLETE_COPY}: {unfinished}")
     if args.json:
         print_json(report)
     else:
@@ -142,6 +158,26 @@ def array_report(store: Store, node: Node) -> dict[str, Any]:
     return report
 
 
+def _key_report(store: Store, path: str) -> dict[str, Any]:
+    """A key that is no node: its size, and the array whose chunk it is (if any)."""
+    parts = path.split("/")
+    above = read_nodes(store, ["/".join(parts[:depth]) for depth in range(len(parts))])
+    owner = next((node for node in reversed(above) if node.kind == "array"), None)
+    report: dict[str, Any] = {"name": "/" + path}
+    if owner is None or owner.array is None:
+        report["type"] = "metadata document" if parts[-1] in METADATA_NAMES else \
+            "key (of no array)"
+    else:
+        relative = path[len(owner.path) + 1:] if owner.path else path
+        chunk = owner.array.is_chunk_key(relative, is_nested(store))
+        report["type"] = "chunk" if chunk else "metadata document" \
+            if parts[-1] in METADATA_NAMES else "key (no chunk of the array's grid)"
+        report["array"] = "/" + owner.path
+    report["store_type"] = type(store).__name__
+    report["nbytes_stored"] = store.getsize(path)
+    return report
+
+
 def _group_report(store: Store, node: Node) -> dict[str, Any]:
     members = children(store, node.path)
     arrays = [m.name for m in members if m.kind == "array"]
@@ -162,7 +198,7 @@ def _group_report(store: Store, node: Node) -> dict[str, Any]:
 
 
 _LABELS = {
-    "name": "Name", "type": "Type", "data_type": "Data type", "shape": "Shape",
+    "name": "Name", "type": "Type", "array": "Array", "data_type": "Data type", "shape": "Shape",
     "shard_shape": "Shard shape", "chunk_shape": "Chunk shape", "order": "Order",
     "compressor": "Compressor",
     "filters": "Filters", "codecs": "Codecs", "fill_value": "Fill value",
@@ -206,4 +242,4 @@ def _print_report(report: dict[str, Any]) -> None:
         rows.append((_LABELS[name], _value_text(name, value, report)))
     width = max(len(label) for label, _ in rows)
     for label, text in rows:
-        print(f"{label.ljust(width)} : {text}")
+        say(f"{label.ljust(width)} : {text}")

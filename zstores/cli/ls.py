@@ -6,8 +6,16 @@ import argparse
 import sys
 from typing import Any
 
-from ._common import add_path, add_url, open_url, path_argument, shown, subcommand
-from ._output import EXIT_OK, EXIT_PROBLEMS, CommandError, print_json
+from ._common import (
+    add_path,
+    add_url,
+    incomplete_copy,
+    open_url,
+    path_argument,
+    shown,
+    subcommand,
+)
+from ._output import EXIT_OK, EXIT_PROBLEMS, CommandError, print_json, say, visible
 from ._tree import Node, children, read_nodes, walk
 
 __all__ = ["add_parser", "run"]
@@ -45,19 +53,23 @@ def run(args: argparse.Namespace) -> int:
         else:
             below = children(store, path)
             entries = [(1, node, i == len(below) - 1) for i, node in enumerate(below)]
+        unfinished = incomplete_copy(store)
     nodes = [root] + [node for _, node, _ in entries]
     if args.json:
         print_json({**root.as_json(), "entries": [node.as_json() for node in nodes[1:]]})
     elif args.recursive:
         _print_tree(root, entries)
     elif root.kind == "array" or (is_key and not entries):  # one array, or a plain key
-        print(_line(root, "/" if not path else path))
+        say(_line(root, "/" if not path else path))
     else:
         _print_columns([node for _, node, _ in entries])
+    if unfinished:  # after the listing, which is what the store holds so far
+        say(f"zstores ls: warning: {unfinished}", file=sys.stderr)
     return EXIT_PROBLEMS if any(node.problem for node in nodes) else EXIT_OK
 
 
 def _label(node: Node, name: str) -> str:
+    name = visible(name)  # escaped before padding: columns line up as shown
     return name + "/" if node.kind == "group" and not name.endswith("/") else name
 
 
@@ -71,7 +83,7 @@ def _line(node: Node, name: str, width: int = 0) -> str:
 def _print_columns(nodes: list[Node]) -> None:
     width = max((len(_label(node, node.name)) for node in nodes), default=0)
     for node in nodes:
-        print(_line(node, node.name, width))
+        say(_line(node, node.name, width))
 
 
 def _branches() -> tuple[str, str, str, str]:
@@ -85,10 +97,10 @@ def _branches() -> tuple[str, str, str, str]:
 
 def _print_tree(root: Node, entries: list[tuple[int, Node, bool]]) -> None:
     middle, last_branch, through, blank = _branches()
-    print(_line(root, root.path or "/"))
+    say(_line(root, root.path or "/"))
     open_levels: list[bool] = []  # per depth: does a sibling still follow?
     for depth, node, last in entries:
         del open_levels[depth - 1:]
         indent = "".join(through if more else blank for more in open_levels)
-        print(indent + (last_branch if last else middle) + _line(node, node.name))
+        say(indent + (last_branch if last else middle) + _line(node, node.name))
         open_levels.append(not last)

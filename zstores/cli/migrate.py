@@ -14,10 +14,10 @@ import argparse
 from typing import Any
 
 from ..metadata import ARRAY_V2, MetadataError
-from ..migrate_v1 import migrate_1to2
-from ..migrate_v3 import Migration, migrate_2to3
+from ..migrate_v1 import migrate_1to2, plan_1to2
+from ..migrate_v3 import BrokenMetadataError, Migration, migrate_2to3
 from ._common import add_url, open_url, shown, subcommand
-from ._output import EXIT_OK, CommandError, plural
+from ._output import EXIT_OK, CommandError, plural, say
 
 __all__ = ["add_parser", "run"]
 
@@ -41,8 +41,12 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", type=int, choices=(2, 3), default=2,
                         help="the format to migrate to: 2 from spec v1 (default), 3 from v2")
     parser.add_argument("--dry-run", action="store_true",
-                        help="with --to 3: print what would be written and removed, "
-                        "write nothing")
+                        help="print what would be written and removed, write nothing")
+    parser.add_argument("--skip-broken", action="store_true",
+                        help="with --to 3: leave arrays and groups whose metadata breaks the "
+                        "specification as they are and migrate the rest (without it, one "
+                        "broken document stops the whole migration before anything is "
+                        "written)")
     parser.add_argument("--remove-v2-metadata", action="store_true",
                         help="with --to 3: delete .zarray, .zgroup, .zattrs and .zmetadata "
                         "once every zarr.json is written (zarr-python 2 can no longer read it)")
@@ -52,23 +56,33 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.to == 3:
         return _run_to_3(args)
-    if args.dry_run or args.remove_v2_metadata:
-        raise CommandError("--dry-run and --remove-v2-metadata apply to --to 3 only")
+    if args.remove_v2_metadata or args.skip_broken:
+        raise CommandError("--remove-v2-metadata and --skip-broken apply to --to 3 only")
     return _run_to_2(args)
 
 
 def _run_to_2(args: argparse.Namespace) -> int:
-    with open_url(args.url, "r+") as store:
+    with open_url(args.url, "r" if args.dry_run else "r+") as store:
         if "meta" not in store:
             if ARRAY_V2 in store:
-                print(f"{shown(args.url)} already holds a spec v2 array; nothing to do")
+                say(f"{shown(args.url)} already holds a spec v2 array; nothing to do")
                 return EXIT_OK
             raise CommandError(f"no spec v1 array in {shown(args.url)}: there is no 'meta' "
                                "key at the root")
         had_attrs = "attrs" in store
-        migrate_1to2(store)
+        try:
+            written = plan_1to2(store) if args.dry_run else migrate_1to2(store)
+        except MetadataError as error:
+            raise CommandError(f"{error}; nothing was written") from None
+    if args.dry_run:
+        for key, value in written.items():
+            say(f"would write {key} ({plural(len(value), 'byte')})")
+            for line in value.decode("utf-8").splitlines():
+                say("  " + line)
+        say("would remove meta" + (", attrs" if had_attrs else ""))
+        return EXIT_OK
     moved = "meta -> .zarray" + (", attrs -> .zattrs" if had_attrs else "")
-    print(f"migrated {shown(args.url)} to spec v2: {moved}")
+    say(f"migrated {shown(args.url)} to spec v2: {moved}")
     return EXIT_OK
 
 
@@ -76,7 +90,16 @@ def _run_to_3(args: argparse.Namespace) -> int:
     with open_url(args.url, "r" if args.dry_run else "r+") as store:
         try:
             result = migrate_2to3(store, dry_run=args.dry_run,
-                                  remove_v2_metadata=args.remove_v2_metadata)
+                                  remove_v2_metadata=args.remove_v2_metadata,
+                                  skip_broken=args.skip_broken)
+        except BrokenMetadataError as error:
+            for key, why in error.problems:
+                say(f"{key}: {why}")
+            raise CommandError(
+                f"{plural(len(error.problems), 'metadata document')} "
+                f"{'break' if len(error.problems) > 1 else 'breaks'} the Zarr specification; "
+                "nothing was written (zstores verify shows them; --skip-broken migrates the "
+                "rest)") from None
         except MetadataError as error:
             raise CommandError(f"{error}; nothing was written") from None
         except OSError as error:  # a full disk, a lost server ... while writing or removing
@@ -88,17 +111,20 @@ def _run_to_3(args: argparse.Namespace) -> int:
 
 def _report(result: Migration, url: str, dry_run: bool) -> None:
     would = "would write" if dry_run else "wrote"
+    for key, why in result.skipped:
+        say(f"{'would skip' if dry_run else 'skipped'} {key}: {why}")
     for key, value in result.written.items():
-        print(f"{would} {key} ({plural(len(value), 'byte')})")
+        say(f"{would} {key} ({plural(len(value), 'byte')})")
         if dry_run:
-            print("  " + value.decode("ascii").replace("\n", "\n  "))
+            for line in value.decode("ascii").splitlines():
+                say("  " + line)
     for key in result.unchanged:
-        print(f"{key} already up to date")
+        say(f"{key} already up to date")
     for key in result.removed:
-        print(f"{'would remove' if dry_run else 'removed'} {key}")
+        say(f"{'would remove' if dry_run else 'removed'} {key}")
     consolidated = (f", consolidated metadata in {len(result.consolidated)} "
                     f"{'group' if len(result.consolidated) == 1 else 'groups'}"
                     if result.consolidated else "")
     verb = "would migrate" if dry_run else "migrated"
-    print(f"{verb} {url} to Zarr format 3: {plural(result.arrays, 'array')}, "
+    say(f"{verb} {url} to Zarr format 3: {plural(result.arrays, 'array')}, "
           f"{plural(result.groups, 'group')}{consolidated}")

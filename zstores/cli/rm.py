@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ._common import add_path, add_url, open_url, path_argument, shown, subcommand
-from ._output import EXIT_OK, CommandError, UsageError, human_size, plural
+from ._output import EXIT_OK, CommandError, UsageError, human_size, plural, say, visible
 from ._tree import keys_under
 
 __all__ = ["add_parser", "run"]
@@ -16,12 +17,19 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser = subcommand(
         commands, "rm", common, help="delete a key, or an array or group with all below it",
         description="Delete the key PATH and every key under PATH/ (an array with its "
-        "chunks, a group with its members).  The root cannot be removed this way.",
+        "chunks, a group with its members).  The root cannot be removed this way.  On a "
+        "terminal it first says how many keys and bytes will go and asks (--yes does not "
+        "ask); elsewhere (a script, a pipe) it does not ask.  --dry-run only says.",
         examples=["zstores rm data.zip results/old", ("zstores rm sqlite:///data/run1.sqlite "
                   "temperature/.zattrs")],
     )
     add_url(parser)
     add_path(parser, required=True)
+    parser.add_argument("-n", "--dry-run", action="store_true",
+                        help="say how many keys and bytes would go, delete nothing")
+    parser.add_argument("-y", "--yes", action="store_true",
+                        help="do not ask (on a terminal rm says what will go and asks first; "
+                        "not on a terminal it never asks)")
     parser.set_defaults(run=run)
 
 
@@ -29,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     path = path_argument(args.path)
     if not path:
         raise UsageError("PATH is the root; rm deletes a path inside the store, not all of it")
-    with open_url(args.url, "r+") as store:
+    with open_url(args.url, "r" if args.dry_run else "r+") as store:
         below = keys_under(store, path)
         own_key = path in store
         if not below and not own_key:
@@ -37,9 +45,23 @@ def run(args: argparse.Namespace) -> int:
         size = store.getsize(path)  # the key's size if it is one, else the prefix total
         if own_key and below:  # a key that is also a prefix (key/value backends)
             size += store.getsize_prefix(path)
+        what = f"{plural(len(below) + own_key, 'key')} ({human_size(size)}) at {path}"
+        if args.dry_run:
+            say(f"would remove {what}; nothing removed (--dry-run)")
+            return EXIT_OK
+        if not args.yes and sys.stdin.isatty() and not _confirmed(what, args.url):
+            raise CommandError("nothing removed")
         if below:
             store.rmdir(path)
         if own_key:
             del store[path]
-    print(f"removed {plural(len(below) + own_key, 'key')} ({human_size(size)}) at {path}")
+    say(f"removed {what}")
     return EXIT_OK
+
+
+def _confirmed(what: str, url: str) -> bool:
+    """Ask on the terminal; only "y" or "yes" deletes."""
+    sys.stderr.write(visible(f"remove {what} from {shown(url)}? [y/N] "))
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")

@@ -11,7 +11,13 @@ What counts as a problem (exit status 1):
   without being a chunk of its grid);
 - a metadata document that breaks the Zarr storage specification v2, an
   array or group nested inside an array, ``.zattrs`` of no node, and a
-  ``.zmetadata`` that no longer matches the documents it gathered.
+  ``.zmetadata`` (or a v3 group's ``consolidated_metadata``) that no longer
+  matches the documents it gathered;
+- a chunk that would inflate past its array's chunk size (not decoded: see
+  ``_inflate``), a spec v1 array (``meta``: run ``zstores migrate``), and
+  the marker of an unfinished ``zstores cp``;
+- with ``--against SRC``: a key missing here, one SRC lacks, or one whose
+  bytes differ from SRC's.
 
 A missing chunk is no problem: the specification reads it as the fill
 value.  Such chunks are counted in the report.  Decoding v3 chunks needs
@@ -41,19 +47,23 @@ from ..metadata import (
     load_json,
 )
 from ..metadata.checks import check_consolidated
+from ..metadata.consolidated import checked_document_v3
 from ..metadata.nodes import Array, classify
 from ._common import (
+    INCOMPLETE_COPY,
     Pool,
     add_jobs,
     add_path,
     add_progress,
     add_url,
     batches,
+    incomplete_copy,
     open_url,
     path_argument,
     shown,
     subcommand,
 )
+from ._inflate import inflates_past
 from ._output import (
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -66,6 +76,7 @@ from ._output import (
     print_problems,
     progress_bar,
     progress_wanted,
+    say,
 )
 from ._tree import keys_under, read_nodes
 from ._v3chunks import INSTALL_HINT, ChunkChecker, zarr_v3_problem
@@ -73,6 +84,7 @@ from .info import is_nested
 
 __all__ = ["add_parser", "chunk_problem", "run"]
 
+V1_META = "meta"  # a spec v1 array's metadata (its attributes are in "attrs")
 BATCH_CHUNKS = 16  # chunks per getitems round trip
 SHOWN_PROBLEMS = 20  # problems printed before "... and N more" (--json has them all)
 _BLOSC_HEADER = 16
@@ -85,8 +97,11 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "default) with its compressor and filters (Zarr v2) or its codecs (Zarr v3, through "
         "zarr-python 3: sharding, crc32c, blosc, zstd, gzip, numcodecs ...), in parallel, "
         "and report chunks that fail to decode, fail their checksum or decode to the wrong "
-        "size, shards with a broken index or a damaged inner chunk, keys that belong to no "
-        "array, and metadata that breaks the Zarr v2 specification (or a stale .zmetadata).  "
+        "size (a chunk that would inflate past its size is not decoded), shards with a broken "
+        "index or a damaged inner chunk, keys that belong to no array, metadata that breaks "
+        "the Zarr specification (or stale consolidated metadata, v2 or v3), a spec v1 array "
+        "(run zstores migrate) and an unfinished zstores cp.  With --against SRC, also every "
+        "key missing, extra or different compared with SRC.  "
         "Missing chunks are fine (they read as the fill value) and are counted.  Exit status "
         "1 if anything is wrong; 2 if the store holds Zarr v3 arrays and zarr-python 3 is "
         "not installed (pip install 'zstores[zarr]').  The text output shows the first "
@@ -98,6 +113,10 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     add_path(parser)
     add_jobs(parser)
     add_progress(parser)
+    parser.add_argument("--against", metavar="SRC",
+                        help="also compare every key under PATH with the store SRC this one "
+                        "was copied from: keys missing here, keys SRC does not have and "
+                        "values that differ byte for byte are problems")
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.set_defaults(run=run)
 
@@ -107,7 +126,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
 class Problem:
     key: str
     # decode_error, wrong_size, checksum, shard_index, stray_key, bad_metadata,
-    # stale_consolidated
+    # stale_consolidated, incomplete_copy, spec_v1, missing_from_copy, not_in_source,
+    # differs_from_source
     kind: str
     message: str
 
@@ -152,6 +172,7 @@ class _Findings:
     problems: list[Problem] = field(default_factory=list)
     chunks: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     bytes_read: int = 0
+    compared: int | None = None  # keys compared with --against SRC
 
     def problem(self, key: str, kind: str, message: str) -> None:
         self.problems.append(Problem(key, kind, message))
@@ -219,6 +240,9 @@ def _check_nesting(documents: dict[str, Any], findings: _Findings) -> None:
 
 def _check_consolidated(documents: dict[str, Any], findings: _Findings) -> None:
     for key, meta in sorted(documents.items()):
+        if key.rpartition("/")[2] == NODE_V3 and isinstance(meta, dict) \
+                and meta.get("consolidated_metadata") is not None:
+            _check_consolidated_v3(key, meta["consolidated_metadata"], documents, findings)
         if key.rpartition("/")[2] != CONSOLIDATED_V2:
             continue
         problems = check_consolidated(meta)
@@ -228,11 +252,43 @@ def _check_consolidated(documents: dict[str, Any], findings: _Findings) -> None:
             _compare_consolidated(key, meta["metadata"], documents, findings)
 
 
+def _check_consolidated_v3(key: str, field: Any, documents: dict[str, Any],
+                           findings: _Findings) -> None:
+    """A v3 group's ``consolidated_metadata`` against the ``zarr.json`` documents below it.
+
+    zarr-python opens a consolidated group from that listing alone, so an
+    array added (or changed) since is invisible to it: as stale as a v2
+    ``.zmetadata``.  Each side's own ``consolidated_metadata`` is left out
+    of the comparison (zarr-python writes it in the listing only).
+    """
+    try:
+        listing = checked_document_v3(field, key)["metadata"]
+    except MetadataError as error:
+        findings.problem(key, "bad_metadata", f"breaks the consolidated format: {error}")
+        return
+    base = prefix_of(_parent(key))
+    listed = {f"{path}/{NODE_V3}": _without_listing(doc) for path, doc in listing.items()}
+    actual = {k[len(base):]: _without_listing(doc) for k, doc in documents.items()
+              if k.startswith(base) and k != key and k.rpartition("/")[2] == NODE_V3}
+    _report_stale(key, listed, actual, findings)
+
+
+def _without_listing(document: Any) -> Any:
+    if isinstance(document, dict) and "consolidated_metadata" in document:
+        return {k: v for k, v in document.items() if k != "consolidated_metadata"}
+    return document
+
+
 def _compare_consolidated(key: str, listed: dict[str, Any], documents: dict[str, Any],
                           findings: _Findings) -> None:
     base = prefix_of(_parent(key))
     actual = {k[len(base):]: doc for k, doc in documents.items() if k.startswith(base)
               and k.rpartition("/")[2] in V2_DOCUMENT_NAMES}
+    _report_stale(key, listed, actual, findings)
+
+
+def _report_stale(key: str, listed: dict[str, Any], actual: dict[str, Any],
+                  findings: _Findings) -> None:
     differ = sorted(k for k in listed.keys() & actual.keys() if listed[k] != actual[k])
     unlisted = sorted(actual.keys() - listed.keys())
     gone = sorted(listed.keys() - actual.keys())
@@ -289,6 +345,10 @@ def chunk_problem(raw: bytes, array: Array,
         problem = _blosc_header_problem(raw)
         if problem:
             return "decode_error", problem
+    if array.compressor and (limit := _inflate_limit(array)) is not None:
+        size = inflates_past(str(array.compressor.get("id")), raw, limit)
+        if size is not None:
+            return "wrong_size", _inflate_message(size, limit, array)
     try:
         data = compressor.decode(raw) if compressor is not None else raw
         for codec in reversed(filters):
@@ -304,6 +364,25 @@ def chunk_problem(raw: bytes, array: Array,
         return "wrong_size", (f"decodes to {decoded.nbytes} bytes; a chunk of shape "
                               f"{array.chunks} and dtype {array.dtype} is {array.chunk_nbytes}")
     return None
+
+
+def _inflate_limit(array: Array) -> int | None:
+    """The most bytes a v2 chunk's compressor may give (``None``: object data, no bound).
+
+    Without filters that is the chunk's size; filters (``astype``, ``delta``
+    ...) may widen or narrow the items, by up to 8 times.
+    """
+    if array.dtype.hasobject:
+        return None
+    return array.chunk_nbytes * (8 if array.filters else 1)
+
+
+def _inflate_message(size: int, limit: int, array: Array) -> str:
+    stated = "a size it does not state (zstd inflates that without bound)" if size < 0 \
+        else f"more than {limit:,} bytes"
+    return (f"inflates to {stated}; a chunk of shape {array.chunks} and dtype {array.dtype} "
+            f"is {array.chunk_nbytes:,}: not decoded (a decompression bomb, or a value of "
+            "another array)")
 
 
 def _blosc_header_problem(raw: bytes) -> str | None:
@@ -390,6 +469,33 @@ def _decode_all(args: argparse.Namespace, store: Store, findings: _Findings) -> 
         chunk_bar.close()
 
 
+# ----------------------------------------------------------------- --against
+def _compare_with_source(args: argparse.Namespace, store: Store, path: str, keys: list[str],
+                         findings: _Findings) -> None:
+    """Every key under PATH against SRC's: missing, extra, or with other bytes."""
+    source_url = shown(args.against)
+    with open_url(args.against, "r") as source:
+        theirs = {key for key in keys_under(source, path) if not key.startswith(RESERVED_PREFIX)}
+        ours = set(keys)
+        for key in sorted(theirs - ours):
+            findings.problem(key, "missing_from_copy", f"is in {source_url} but not here")
+        for key in sorted(ours - theirs):
+            findings.problem(key, "not_in_source", f"is not in {source_url}")
+        common = sorted(theirs & ours)
+        with Pool(args.jobs) as pool:
+            for differ in pool.map(lambda batch: _differing(source, store, batch),
+                                   batches(common, BATCH_CHUNKS)):
+                for key in differ:
+                    findings.problem(key, "differs_from_source",
+                                     f"holds other bytes than in {source_url}")
+    findings.compared = len(common)
+
+
+def _differing(source: Store, store: Store, batch: list[str]) -> list[str]:
+    theirs, ours = source.getitems(batch), store.getitems(batch)
+    return [key for key in batch if theirs.get(key) != ours.get(key)]
+
+
 # ---------------------------------------------------------------------- run
 def run(args: argparse.Namespace) -> int:
     path = path_argument(args.path)
@@ -400,20 +506,46 @@ def run(args: argparse.Namespace) -> int:
         keys = [key for key in keys_under(store, path) if not key.startswith(RESERVED_PREFIX)]
         if path and not keys:
             raise CommandError(f"nothing under {path!r} in {shown(args.url)}")
+        _check_incomplete_copy(store, findings)
         metadata_keys = [k for k in keys if k.rpartition("/")[2] in METADATA_NAMES]
         documents = _read_metadata(store, metadata_keys, findings)
         _classify_nodes(documents, findings)
         _check_nesting(documents, findings)
         _check_consolidated(documents, findings)
-        _open_v3_arrays(store, findings)
-        _assign_keys(store, keys, findings)
-        _decode_all(args, store, findings)
+        if not _spec_v1(store, path, keys, findings):
+            _open_v3_arrays(store, findings)
+            _assign_keys(store, keys, findings)
+            _decode_all(args, store, findings)
+        if args.against:
+            _compare_with_source(args, store, path, keys, findings)
     findings.problems.sort(key=lambda p: p.key)
     if args.json:
         print_json(_json_report(path, findings))
     else:
         _print_report(findings)
     return EXIT_PROBLEMS if findings.problems else EXIT_OK
+
+
+def _check_incomplete_copy(store: Store, findings: _Findings) -> None:
+    unfinished = incomplete_copy(store)
+    if unfinished:
+        findings.problem(INCOMPLETE_COPY, "incomplete_copy", unfinished)
+
+
+def _spec_v1(store: Store, path: str, keys: list[str], findings: _Findings) -> bool:
+    """Report a spec v1 array (``meta``, ``attrs``) at PATH as one problem, not as stray keys."""
+    key = prefix_of(path) + V1_META
+    if key not in keys or findings.arrays or findings.groups:
+        return False
+    try:
+        meta = load_json(store[key])
+    except (KeyError, MetadataError):
+        return False
+    if not (isinstance(meta, dict) and meta.get("zarr_format") == 1):
+        return False
+    findings.problem(key, "spec_v1", "a Zarr spec v1 array, which zarr-python 2 and 3 cannot "
+                     "read; run `zstores migrate` on it to convert it to spec v2")
+    return True
 
 
 def _refuse_inside_array(store: Store, path: str) -> None:
@@ -472,6 +604,7 @@ def _totals(findings: _Findings) -> dict[str, int]:
         "chunks_bad": sum(s.bad for s in decoding),
         "chunks_missing": sum(s.missing for s in decoding),
         "bytes_read": findings.bytes_read,
+        **({} if findings.compared is None else {"keys_compared": findings.compared}),
     }
 
 
@@ -496,6 +629,8 @@ def _print_report(findings: _Findings) -> None:
     if totals["chunks_missing"]:
         summary += (f", {plural(totals['chunks_missing'], 'chunk')} missing "
                     "(read as the fill value)")
-    print(summary)
+    if findings.compared is not None:
+        summary += f"; {plural(findings.compared, 'key')} compared with the source"
+    say(summary)
     count = len(findings.problems)
-    print(f"{plural(count, 'problem')} found" if count else "no problems found")
+    say(f"{plural(count, 'problem')} found" if count else "no problems found")

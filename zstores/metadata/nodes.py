@@ -32,6 +32,32 @@ from .documents import ARRAY_V2, GROUP_V2, NODE_NAMES, NODE_V3, MetadataError, l
 __all__ = ["Array", "NodeMetadata", "classify", "find_node", "read_node"]
 
 
+
+def _whole(values: Any, least: int) -> bool:
+    """A list of integers (not booleans, not floats) each at least ``least``."""
+    return isinstance(values, list | tuple) and all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= least for n in values)
+
+
+def _check_grid_v3(shape: Any, grid: Any, chunks: tuple[int, ...],
+                   inner: tuple[int, ...] | None, encoding: Any) -> None:
+    """The v3 rules ``int()`` alone would let through: what zarr-python refuses too."""
+    if not _whole(shape, 0):
+        raise MetadataError(f"'shape' must hold integers >= 0, not {shape!r}")
+    if not isinstance(grid, Mapping) or grid.get("name") != "regular":
+        name = grid.get("name") if isinstance(grid, Mapping) else grid
+        raise MetadataError(f"chunk grid {name!r} is not read (only 'regular')")
+    stated = (grid.get("configuration") or {}).get("chunk_shape")
+    if not _whole(stated, 1):
+        raise MetadataError(f"'chunk_shape' must hold integers >= 1, not {stated!r}")
+    if inner is not None and not all(n >= 1 for n in inner):
+        raise MetadataError(f"the inner chunk shape must hold integers >= 1, not {list(inner)}")
+    if not isinstance(encoding, Mapping) or encoding.get("name") not in ("default", "v2"):
+        raise MetadataError(f"chunk key encoding {encoding!r} is not 'default' or 'v2'")
+    separator = (encoding.get("configuration") or {}).get("separator")
+    if separator not in (None, "/", "."):
+        raise MetadataError(f"chunk key separator {separator!r} is not '/' or '.'")
+
 @dataclass
 class Array:
     """What a reader of the store needs to know about one array (format 2 or 3).
@@ -100,6 +126,7 @@ class Array:
             inner = v3.inner_chunks(codecs)
         except (TypeError, ValueError, KeyError, AttributeError) as error:
             raise MetadataError(f"not a zarr v3 array document ({error!r})") from None
+        _check_grid_v3(meta.get("shape"), grid, chunks, inner, encoding)
         if len(chunks) != len(shape) or (inner is not None and len(inner) != len(shape)):
             raise MetadataError(
                 f"not a zarr v3 array document: shape {list(shape)} has {len(shape)} dimensions "

@@ -1,0 +1,434 @@
+"""``zstores`` never reports success on data that is not right (issue 26).
+
+Each case runs the command as a user types it (a subprocess, no terminal)
+and checks its exit status and the exact first line it prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import os
+import pty
+import subprocess
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import zstores
+from zstores.cli import main as cli_main
+from zstores.cli._common import INCOMPLETE_COPY
+from zstores.cli._inflate import inflates_past
+from zstores.cli._output import human_size, plural, visible
+from zstores.metadata import METADATA_NAMES
+
+from cli_helpers import COMMAND, write_sample, zstores_cmd
+
+BOMB = 256 << 20  # bytes a bomb inflates to: far above what verify may hold
+RSS_LIMIT = 200 << 20  # verify of a bomb stays below this (it starts at about 60 MiB)
+
+
+def _first(text: str) -> str:
+    return text.splitlines()[0] if text else ""
+
+
+# ------------------------------------------------ stale consolidated metadata
+def test_verify_reports_stale_v3_consolidated_metadata(tmp_path: Path) -> None:
+    url = str(tmp_path / "c.zarr")
+    group = zarr.open_group(zstores.zarr_store(zstores.DirectoryStore(url)), mode="w",
+                            zarr_format=3)
+    group.create_array("a", shape=(4,), chunks=(2,), dtype="i4")
+    with pytest.warns(UserWarning, match="Consolidated metadata"):
+        zarr.consolidate_metadata(zstores.zarr_store(zstores.DirectoryStore(url)))
+    clean = zstores_cmd("verify", url)
+    assert (clean.code, clean.out.splitlines()[-1]) == (0, "no problems found")
+    group = zarr.open_group(zstores.zarr_store(zstores.DirectoryStore(url)), mode="a",
+                            use_consolidated=False)
+    group.create_array("b", shape=(4,), chunks=(2,), dtype="i4")
+    stale = zstores_cmd("verify", url)
+    assert stale.code == 1
+    assert _first(stale.out) == ("zarr.json: stale: documents 1 not in it (first: "
+                                 "b/zarr.json); run zstores consolidate")
+
+
+# -------------------------------------------------------------------- spec v1
+def test_verify_recognises_spec_v1_and_says_to_migrate(tmp_path: Path) -> None:
+    store = zstores.DirectoryStore(str(tmp_path / "old"))
+    store["meta"] = json.dumps({"zarr_format": 1, "shape": [4], "chunks": [2], "dtype": "<i4",
+                                "compression": "zlib", "compression_opts": 1,
+                                "fill_value": 0, "order": "C"}).encode()
+    store["attrs"] = b"{}"
+    store["0"] = zlib.compress(np.arange(2, dtype="<i4").tobytes())
+    found = zstores_cmd("verify", store.path)
+    assert found.code == 1
+    assert _first(found.out) == ("meta: a Zarr spec v1 array, which zarr-python 2 and 3 "
+                                 "cannot read; run `zstores migrate` on it to convert it to "
+                                 "spec v2")
+    assert found.out.splitlines()[-1] == "1 problem found"  # no stray-key reports
+
+
+# --------------------------------------------------------- decompression bombs
+def _zlib_bomb(size: int, wbits: int = 15) -> bytes:
+    """``size`` zero bytes compressed, never all held in memory at once."""
+    compressor = zlib.compressobj(1, zlib.DEFLATED, wbits)
+    block = bytes(1 << 22)
+    return b"".join([compressor.compress(block) for _ in range(size // len(block))]
+                    + [compressor.flush()])
+
+
+def _verify_with_peak_rss(url: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Run ``zstores verify URL`` from a parent of its own: its children's peak RSS is verify's."""
+    parent = ("import resource, subprocess, sys\n"
+              "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+              "sys.stderr.write(done.stderr)\n"
+              "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+              "print(done.stdout, end='')\n"
+              "sys.exit(done.returncode)\n")
+    done = subprocess.run([sys.executable, "-c", parent, *COMMAND, "verify", url],
+                          capture_output=True, text=True, check=False, timeout=300)
+    peak, _, out = done.stdout.partition("\n")
+    return subprocess.CompletedProcess(done.args, done.returncode, out, done.stderr), \
+        int(peak) * 1024
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_verify_reports_a_bomb_without_inflating_it(tmp_path: Path, zarr_format: int) -> None:
+    url = str(tmp_path / "bomb.zarr")
+    store = zstores.DirectoryStore(url)
+    if zarr_format == 2:
+        zstores.init_array(store, shape=(800,), chunks=(800,), dtype="u1",
+                           compressor=numcodecs.Zlib(), fill_value=0)
+        key, bomb = "0", _zlib_bomb(BOMB)
+    else:
+        zarr.create_array(zstores.zarr_store(store), shape=(800,), chunks=(800,), dtype="u1",
+                          compressors=zarr.codecs.GzipCodec())
+        key, bomb = "c/0", _zlib_bomb(BOMB, wbits=31)
+    store[key] = bomb
+    done, peak = _verify_with_peak_rss(url)
+    assert done.returncode == 1, done.stderr
+    expected = (f"{key}: inflates to more than 800 bytes; a chunk of shape (800,) and dtype "
+                "uint8 is 800: not decoded (a decompression bomb, or a value of another array)"
+                if zarr_format == 2 else
+                f"{key}: gzip inflates it to more than {2 * 800 + 65536:,} bytes, past what a "
+                "chunk of this array can hold: not decoded (a decompression bomb, or a value "
+                "of another array)")
+    assert _first(done.stdout) == expected
+    assert peak < RSS_LIMIT, f"verify peaked at {peak >> 20} MiB"
+
+
+def test_verify_trusts_no_blosc_header_past_the_chunk_size(tmp_path: Path) -> None:
+    store = zstores.DirectoryStore(str(tmp_path / "b.zarr"))
+    blosc = numcodecs.Blosc(cname="lz4")
+    zstores.init_array(store, shape=(100,), chunks=(100,), dtype="u1", compressor=blosc,
+                       fill_value=0)
+    chunk = bytearray(blosc.encode(np.arange(100, dtype="u1")))
+    chunk[4:8] = (1 << 30).to_bytes(4, "little")  # says: 1 GiB once decompressed
+    store["0"] = bytes(chunk)
+    done = zstores_cmd("verify", store.path)
+    assert done.code == 1
+    assert _first(done.out).startswith("0: inflates to more than 100 bytes; a chunk of shape")
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4", "bz2", "lzma", "gzip", "blosc"])
+def test_inflates_past_bounds_every_compressor_that_can_be_asked(codec: str) -> None:
+    encoded = numcodecs.get_codec({"id": codec}).encode(bytes(1 << 20))
+    assert inflates_past(codec, encoded, 800) > 800
+    assert inflates_past(codec, encoded, 1 << 20) is None  # exactly its size is fine
+
+
+def test_inflates_past_stops_early_on_streams() -> None:
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb") as stream:
+        stream.write(bytes(1 << 20))
+    assert 800 < inflates_past("numcodecs.gzip", buffer.getvalue(), 800) <= 800 + (1 << 16)
+
+
+# ---------------------------------------------------------- unfinished copies
+def test_a_failed_copy_is_reported_until_it_completes(tmp_path: Path) -> None:
+    src, dst = str(tmp_path / "src"), f"sqlite://{tmp_path / 'dst.sqlite'}"
+    written = write_sample(src)
+    with zstores.open_store(dst, mode="w") as store:
+        store["counts/0"] = b"another value"  # a conflict: skip mode leaves it, exit 1
+    failed = zstores_cmd("cp", src, dst)
+    assert failed.code == 1
+    marker = (f"an unfinished copy: `zstores cp {src!r}` into this store was interrupted or "
+              "failed; run it again to finish it")
+    checked = zstores_cmd("verify", dst)
+    assert (checked.code, _first(checked.out)) == (1, f"{INCOMPLETE_COPY}: {marker}")
+    listed = zstores_cmd("ls", dst)
+    assert (listed.code, listed.out.split(), listed.err) == (
+        0, ["counts", "(10,)", "int16", "g/"], f"zstores ls: warning: {marker}\n")
+    described = zstores_cmd("info", dst)
+    assert described.code == 1 and f"{INCOMPLETE_COPY}: {marker}" in described.out
+    finished = zstores_cmd("cp", src, dst, "--if-exists", "overwrite")
+    assert finished.code == 0
+    with zstores.open_store(dst, mode="r") as store:
+        assert INCOMPLETE_COPY not in store and {k: bytes(store[k]) for k in store} == written
+    against = zstores_cmd("verify", dst, "--against", src)
+    assert (against.code, against.out.splitlines()[-1]) == (0, "no problems found")
+    assert f"; {len(written)} keys compared with the source" in against.out
+
+
+def test_verify_against_names_every_key_that_differs(tmp_path: Path) -> None:
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    write_sample(src)
+    assert zstores_cmd("cp", src, dst).code == 0
+    with zstores.open_store(dst, mode="r+") as store:
+        store["counts/0"] = store["counts/1"]  # decodes fine: only a comparison finds it
+        del store["g/temp/0.0"]  # reads as the fill value: only a comparison finds it
+    found = zstores_cmd("verify", dst, "--against", src, "--json").json()
+    assert {(p["key"], p["kind"]) for p in found["problems"]} == {
+        ("counts/0", "differs_from_source"), ("g/temp/0.0", "missing_from_copy")}
+    text = zstores_cmd("verify", dst, "--against", src)
+    assert (text.code, _first(text.out)) == (1, f"counts/0: holds other bytes than in {src}")
+
+
+# ------------------------------------------------------------ terminal safety
+_NAMES = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="/\\\x00"),
+                 min_size=1, max_size=12).filter(
+    lambda name: name not in (".", "..", ".zstores", "meta", *METADATA_NAMES))
+
+
+def _run_in_process(*argv: str) -> tuple[int, list[str]]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main(list(argv))
+    return code, out.getvalue().split("\n")[:-1]  # only "\n" ends a line on a terminal
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(_NAMES, min_size=1, max_size=6, unique=True))
+def test_every_printed_line_is_one_key_whatever_its_name(names: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite://{folder}/keys.sqlite"
+        with zstores.open_store(url, mode="w") as store:
+            store.setitems({name: b"x" for name in names})
+            keys = sorted(store)
+        shown = [visible(key) for key in keys]
+        width = max(len(name) for name in shown)
+        assert _run_in_process("ls", url) == (0, [f"{name.ljust(width)}  no zarr metadata"
+                                                   for name in shown])
+        count_width = len(plural(len(keys), "key"))
+        code, lines = _run_in_process("du", url)
+        size_width = len(human_size(len(keys)))
+        assert (code, lines[:-1]) == (0, [f"{'1 B'.rjust(size_width)}  "
+                                          f"{'1 key'.ljust(count_width)}  {name}"
+                                          for name in shown])
+        code, lines = _run_in_process("verify", url)
+        assert (code, lines[:-2]) == (1, [f"{name}: belongs to no array" for name in shown])
+        assert lines[-1] == f"{plural(len(keys), 'problem')} found"
+
+
+def test_a_key_cannot_forge_a_line_of_verify_or_ls(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'forged.sqlite'}"
+    with zstores.open_store(url, mode="w") as store:
+        zstores.init_group(store)
+        store["evil\nno problems found\nx"] = b"1"
+        store["\x1b[2Jwiped"] = b"2"
+    checked = zstores_cmd("verify", url)
+    assert checked.code == 1
+    assert checked.out.splitlines()[:2] == ["\\x1b[2Jwiped: belongs to no array",
+                                            "evil\\nno problems found\\nx: belongs to no array"]
+    assert "no problems found" not in checked.out.splitlines()
+    listed = zstores_cmd("ls", url, "-r")
+    assert (listed.code, listed.out.splitlines()) == (0, [
+        "/", "├── \\x1b[2Jwiped  no zarr metadata",
+        "└── evil\\nno problems found\\nx  no zarr metadata"])
+    as_json = zstores_cmd("ls", url, "--json").json()  # JSON keeps the names exact
+    assert [entry["name"] for entry in as_json["entries"]] == ["\x1b[2Jwiped",
+                                                               "evil\nno problems found\nx"]
+
+
+# ------------------------------------------------- nothing created by accident
+def test_cp_that_fails_before_copying_creates_no_destination(tmp_path: Path) -> None:
+    src, dst = str(tmp_path / "src"), tmp_path / "copy2.lmdb"
+    write_sample(src)
+    done = zstores_cmd("cp", src, str(dst), "nosuch")
+    assert (done.code, done.err) == (1, f"zstores cp: error: nothing at 'nosuch' in {src}\n")
+    missing = zstores_cmd("cp", str(tmp_path / "nosuch.sqlite"), str(dst))
+    assert missing.code == 1 and missing.err.startswith(
+        f"zstores cp: error: no store at {tmp_path / 'nosuch.sqlite'}")
+    assert not dst.exists()
+
+
+def _rm_on_a_terminal(*args: str, answer: str) -> subprocess.CompletedProcess[str]:
+    """``zstores rm ARGS`` with a terminal as its standard input, answering ``answer``."""
+    leader, follower = pty.openpty()
+    try:
+        process = subprocess.Popen([*COMMAND, "rm", *args], stdin=follower, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        os.close(follower)
+        os.write(leader, answer.encode() + b"\n")  # the terminal holds it until rm reads
+        out, err = process.communicate(timeout=120)
+    finally:
+        os.close(leader)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def test_rm_says_what_will_go_and_asks_on_a_terminal(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'del.sqlite'}"
+    written = write_sample(url)
+    dry = zstores_cmd("rm", url, "g", "--dry-run")
+    assert dry.code == 0 and dry.out.startswith("would remove 19 keys (")
+    assert dry.out.endswith(" at g; nothing removed (--dry-run)\n")
+    refused = _rm_on_a_terminal(url, "g", answer="n")
+    assert (refused.returncode, refused.stderr) == (1, (
+        f"remove {dry.out[len('would remove '):].split(';')[0]} from {url}? [y/N] "
+        "zstores rm: error: nothing removed\n"))
+    assert set(zstores.open_store(url, mode="r")) == set(written)
+    accepted = _rm_on_a_terminal(url, "g", answer="y")
+    assert accepted.returncode == 0 and accepted.stdout.startswith("removed 19 keys (")
+    with zstores.open_store(url, mode="r") as store:
+        assert not any(key.startswith("g/") for key in store)
+
+
+# -------------------------------------------------------------------- migrate
+def _zarray(**fields: object) -> bytes:
+    document = {"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i4",
+                "compressor": None, "fill_value": 0, "order": "C", "filters": None}
+    document.update(fields)
+    return json.dumps(document).encode()
+
+
+def test_migrate_refuses_broken_documents_and_skips_them_only_when_asked(
+        tmp_path: Path) -> None:
+    url = str(tmp_path / "m.zarr")
+    store = zstores.DirectoryStore(url)
+    zstores.init_group(store)
+    for name in ("a", "b", "c"):
+        zstores.init_array(store, shape=(6,), chunks=(3,), dtype="<f8", path=name,
+                           compressor=numcodecs.Zlib())
+    store["bad/.zarray"] = _zarray(chunks=[0])
+    store["worse/.zarray"] = _zarray(compressor="zlib")
+    refused = zstores_cmd("migrate", url, "--to", "3")
+    assert refused.code == 1
+    worse = refused.out.splitlines()[-1]
+    assert worse.startswith("worse/.zarray: breaks the spec: ") and "'zlib'" in worse
+    assert refused.out.splitlines() == [
+        "bad/.zarray: breaks the spec: 'chunks' entries must be >= 1, not [0]",
+        worse]
+    assert refused.err == ("zstores migrate: error: 2 metadata documents break the Zarr "
+                           "specification; nothing was written (zstores verify shows them; "
+                           "--skip-broken migrates the rest)\n")
+    assert not [key for key in store if key.endswith("zarr.json")]
+    skipped = zstores_cmd("migrate", url, "--to", "3", "--skip-broken")
+    assert skipped.code == 0
+    assert _first(skipped.out).startswith("skipped bad/.zarray: breaks the spec")
+    group = zarr.open_group(zstores.zarr_store(zstores.DirectoryStore(url), mode="r"),
+                            mode="r", zarr_format=3)
+    assert sorted(name for name, _ in group.arrays()) == ["a", "b", "c"]
+    for name in ("a", "b", "c"):  # every migrated array opens and reads in zarr-python 3
+        assert zarr.open_array(group.store, path=name, mode="r")[:].tolist() == [0.0] * 6
+
+
+def test_migrate_v1_checks_first_and_has_a_dry_run(tmp_path: Path) -> None:
+    store = zstores.DirectoryStore(str(tmp_path / "old"))
+    meta = {"zarr_format": 1, "shape": [4], "chunks": [2], "dtype": "<i4",
+            "compression": "zlib", "compression_opts": 1, "fill_value": 0, "order": "C"}
+    store["meta"] = json.dumps({**meta, "shape": [-100]}).encode()
+    refused = zstores_cmd("migrate", store.path)
+    assert refused.code == 1 and refused.err.startswith(
+        "zstores migrate: error: 'meta' would become a .zarray that breaks the spec: ")
+    store["meta"] = json.dumps(meta).encode()
+    dry = zstores_cmd("migrate", store.path, "--dry-run")
+    assert (dry.code, _first(dry.out)) == (0, "would write .zarray (237 bytes)")
+    assert dry.out.splitlines()[-1] == "would remove meta" and sorted(store) == ["meta"]
+    done = zstores_cmd("migrate", store.path)
+    assert (done.code, sorted(store)) == (0, [".zarray"])
+    assert zarr.open_array(zstores.zarr_store(store, mode="r"), mode="r", zarr_format=2).shape \
+        == (4,)
+
+
+_FIELD_VALUES = {
+    "shape": [[4], [0], [-5], [4, 4], "x", [4.5], []],
+    "chunks": [[2], [0], [-1], [2, 2], [5], None],
+    "dtype": ["<i4", "|u1", "<f8", "nonsense", 5, "|O", "<U3"],
+    "fill_value": [0, None, "abc", 1000, "NaN", 1.5, [1]],
+    "compressor": [None, {"id": "zlib", "level": 1}, "zlib", {"id": "nosuch"}, {}],
+    "order": ["C", "F", "x"],
+    "filters": [None, [], "x", [{"id": "delta", "dtype": "<i4"}]],
+    "dimension_separator": [".", "/", "x", 3],
+    "zarr_format": [2, 3, "2"],
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=st.fixed_dictionaries({}, optional={
+    name: st.sampled_from(values) for name, values in _FIELD_VALUES.items()}))
+def test_malformed_zarray_never_gives_a_traceback_or_a_document_verify_rejects(
+        changes: dict[str, object]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        store = zstores.DirectoryStore(folder)
+        zstores.init_group(store)
+        store["x/.zarray"] = _zarray(**changes)
+        for command in (["verify", folder], ["info", folder, "x"]):
+            code, _ = _run_in_process(*command)
+            assert code in (0, 1)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code, _ = _run_in_process("migrate", folder, "--to", "3")
+        assert code in (0, 1) and "Error: " not in err.getvalue(), err.getvalue()
+        if code == 0:  # what it wrote, verify accepts
+            del store["x/.zarray"], store[".zgroup"]
+            verdict, lines = _run_in_process("verify", folder, "--json")
+            problems = json.loads("\n".join(lines))["problems"]
+            assert verdict == 0, problems
+
+
+# ----------------------------------------------------------------------- info
+@pytest.mark.parametrize(("grid", "expected"), [
+    ({"name": "regular", "configuration": {"chunk_shape": [-1]}},
+     "'chunk_shape' must hold integers >= 1, not [-1]"),
+    ({"name": "irregular"}, "chunk grid 'irregular' is not read (only 'regular')")])
+def test_info_reports_a_broken_v3_document_instead_of_its_values(
+        tmp_path: Path, grid: dict[str, object], expected: str) -> None:
+    store = zstores.DirectoryStore(str(tmp_path / "s"))
+    store["t/zarr.json"] = json.dumps({
+        "zarr_format": 3, "node_type": "array", "shape": [100], "data_type": "uint8",
+        "chunk_grid": grid, "chunk_key_encoding": {"name": "default"},
+        "codecs": [{"name": "bytes"}], "fill_value": 0}).encode()
+    done = zstores_cmd("info", store.path, "t")
+    assert (done.code, done.out, done.err) == (
+        1, "", f"zstores info: error: t: unreadable metadata: {expected}\n")
+
+
+def test_info_of_a_chunk_key_shows_its_size_and_array(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'exp.sqlite'}"
+    written = write_sample(url)
+    done = zstores_cmd("info", url, "g/temp/1.2")
+    assert (done.code, done.out.splitlines()) == (0, [
+        "Name             : /g/temp/1.2", "Type             : chunk",
+        "Array            : /g/temp", "Store type       : SQLiteStore",
+        f"No. bytes stored : {len(written['g/temp/1.2'])}"])
+
+
+# ---------------------------------------------------------------------- doors
+def test_cp_takes_its_path_after_options(tmp_path: Path) -> None:
+    src, dst = str(tmp_path / "weather.sqlite"), str(tmp_path / "weather.zip")
+    write_sample(src)
+    done = zstores_cmd("cp", src, dst, "--if-exists", "overwrite", "g/temp")
+    assert done.code == 0 and done.out.startswith("copied 17 keys (")
+    extra = zstores_cmd("cp", src, dst, "--jobs", "2", "g", "more")
+    assert (extra.code, extra.err) == (
+        2, "zstores: error: unrecognized arguments: g more (see zstores --help)\n")
+
+
+def test_a_key_the_destination_refuses_is_one_short_line_and_exit_1(tmp_path: Path) -> None:
+    src = f"sqlite://{tmp_path / 'long.sqlite'}"
+    with zstores.open_store(src, mode="w") as store:
+        store["a/" + "x" * 400] = b"1"
+    done = zstores_cmd("cp", src, str(tmp_path / "folder"))
+    assert done.code == 1 and len(done.err_lines) == 1 and len(done.err_lines[0]) < 300
+    said = "folder refuses a key of SRC: invalid key 'a/xxxxxxxxx"
+    assert done.err.startswith("zstores cp: error: ") and said in done.err
+    assert "may be at most 255 bytes" in done.err
