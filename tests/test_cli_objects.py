@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -182,7 +183,8 @@ def test_cp_from_lmdb_to_s3_killed_midway_resumes_and_verifies(s3_endpoint: str,
     status, stderr = _copy_killed_midway(src, dst, total)
     assert status == -signal.SIGKILL
     assert S3_SECRET not in stderr
-    partial = contents(dst)  # only whole values (an S3 PUT is atomic), each the source's
+    partial = settled_contents(dst)  # only whole values (an S3 PUT is atomic), each the source's
+    assert partial.pop(INCOMPLETE) is not None  # the killed copy says it is one
     assert 0 < len(partial) < total
     _assert_resumes_and_verifies(src, dst, partial, rows)
 
@@ -200,6 +202,27 @@ def _copy_killed_midway(src: str, dst: str, total: int) -> tuple[int | None, str
         process.kill()
         process.wait(timeout=60)
     return process.returncode, progress.text
+
+
+#: The key a copy writes first and deletes once complete (``zstores cp``).
+INCOMPLETE = ".zstores/cp-incomplete"
+
+
+def settled_contents(url: str) -> dict[str, bytes]:
+    """``contents(url)`` once the killed copy's requests have all landed.
+
+    SIGKILL stops the client, not the requests it had sent: the emulator may
+    still complete an upload after the kill, so the keys are read until two
+    looks half a second apart agree (at most 20 looks).
+    """
+    seen = contents(url)
+    for _ in range(20):
+        time.sleep(0.5)
+        again = contents(url)
+        if again == seen:
+            return seen
+        seen = again
+    raise AssertionError(f"{url} kept changing after the copy was killed")
 
 
 def _assert_resumes_and_verifies(src: str, dst: str, partial: dict[str, bytes],
@@ -240,7 +263,8 @@ def test_cp_between_lmdb_and_gcs_resumes_and_verifies(gcs_object_url, tmp_path: 
     dst = gcs_object_url("run1")
     status, stderr = _copy_killed_midway(src, dst, total)
     assert GCS_TOKEN not in stderr
-    partial = contents(dst)  # whole values only (a GCS upload is atomic), each the source's
+    partial = settled_contents(dst)  # whole values only (a GCS upload is atomic), each the source's
+    assert partial.pop(INCOMPLETE, None) is not None or len(partial) == total
     assert len(partial) < total or status != -signal.SIGKILL
     source = _assert_resumes_and_verifies(src, dst, partial, rows)
 
