@@ -328,3 +328,34 @@ def test_a_large_object_is_read_pinned_to_its_etag(s3_endpoint: str) -> None:
         store["empty"] = b""
         with store.open_reader("empty") as reader:
             assert reader.size == 0 and bytes(reader.read(0, 10)) == b""
+
+
+def test_a_large_zip_member_is_read_by_range_pinned_to_its_entry(tmp_path: Path,
+                                                                 mountpoint: Path) -> None:
+    # A large stored member is not copied at open: ranges are read while its
+    # key still names the same entry; replaced meanwhile, the read is ESTALE;
+    # unlinked through the mount, the open file keeps reading its value.
+    import errno
+
+    store = zstores.ZipStore(tmp_path / "a.zip")
+    old = os.urandom(8 << 20)
+    store["big"] = old
+    store["other"] = old
+    with zfuse.mounted(store, mountpoint) as m:
+        with open(Path(m.path) / "big", "rb") as f:
+            assert f.read() == old
+        with store.open_reader("big") as reader:
+            assert type(reader).__name__ == "_MemberReader"
+            store["big"] = b"new"
+            with pytest.raises(OSError) as raised:
+                reader.read(0, 10)
+            assert raised.value.errno == errno.ESTALE
+        fd = os.open(Path(m.path) / "other", os.O_RDONLY)
+        try:
+            first = os.pread(fd, 1 << 20, 0)
+            os.unlink(Path(m.path) / "other")
+            rest = os.pread(fd, 8 << 20, 1 << 20)
+            assert first + rest == old
+        finally:
+            os.close(fd)
+    store.close()

@@ -31,6 +31,7 @@ way; a handle pinned before the writes began keeps its version.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 
@@ -379,8 +380,18 @@ class Handle:
             self.ahead = 0
         want = max(size, self.ahead)
         pinned = self.pinned
-        data = (pinned.read(offset, want) if pinned is not None
-                else store.get_range(self.file.key, offset, want))
+        if pinned is None:
+            data = store.get_range(self.file.key, offset, want)
+        else:
+            try:
+                data = pinned.read(offset, want)
+            except OSError as error:
+                # Unlinked or replaced through this mount (a Zip member's
+                # entry is then gone): the value kept at that moment is it.
+                snapshot = self.file.snapshot
+                if error.errno != errno.ESTALE or snapshot is None:
+                    raise
+                data = snapshot[offset:offset + want]
         # Kept even when it holds no more than was asked for: it marks where
         # this reader is, so a new sequential run starting here is seen as one.
         self.window = (offset, data, len(data) < want)

@@ -28,6 +28,7 @@ from ..errors import (
     UnsupportedOperationError,
     ValueTooLargeError,
 )
+from ..readers import BufferReader, ValueReader
 from ._single_writer import LockedConditionalWrites, writer_lock
 
 __all__ = ["ZipStore"]
@@ -429,6 +430,32 @@ class ZipStore(LockedConditionalWrites, Store):
             info = self._index[key]
             if not _stored_plain(info):
                 return super()._get_range(key, start, length)
+            return self._read_range(info, key, start, length)
+
+    def _open_reader(self, key: str) -> ValueReader:
+        # A large stored member of an archive this handle writes is pinned by
+        # its directory entry, not copied: live members are never written
+        # over (writes go to the end or into the gaps of dead ones), so while
+        # the key still names this very entry its bytes are the same.
+        # Readers beside another writer process (mode "r") check whole values.
+        if self._mode == "r":
+            return super()._open_reader(key)
+        with self._lock:
+            info = self._index[key]
+            if not _stored_plain(info) or info.file_size < _PIN_BY_ENTRY_ABOVE:
+                data = self._read_whole(info, key)
+                self._check_crc(info, data, key)
+                return BufferReader(key, data, ("zip", id(info), info.header_offset, info.CRC))
+            return _MemberReader(self, key, info)
+
+    def _read_pinned(self, info: zipfile.ZipInfo, key: str, start: int, length: int) -> bytes:
+        """``_read_range`` of ``info`` while ``key`` still names it (for ``_MemberReader``)."""
+        with self._lock:
+            if self._index.get(key) is not info:
+                raise StaleStoreError(
+                    errno.ESTALE,
+                    f"{key!r} in {self!r} was replaced, deleted or moved while open; "
+                    "open it again")
             return self._read_range(info, key, start, length)
 
     def _read_range(self, info: zipfile.ZipInfo, key: str, start: int,
@@ -1405,3 +1432,21 @@ def _copy_member(source: zipfile.ZipFile, target: zipfile.ZipFile, info: zipfile
     copy.file_size = info.file_size  # lets zipfile decide on ZIP64 before writing
     with source.open(info) as reader, target.open(copy, "w") as writer:
         shutil.copyfileobj(reader, writer, 1 << 20)
+
+
+#: A stored member at least this large is pinned by its directory entry when a
+#: reader opens it (``open_reader``, a file open through a mount); smaller ones,
+#: and compressed ones, are read whole (and their CRC-32 checked).
+_PIN_BY_ENTRY_ABOVE = 4 << 20
+
+
+class _MemberReader(ValueReader):
+    """A large stored member, read by range while its key still names the same entry."""
+
+    def __init__(self, store: ZipStore, key: str, info: zipfile.ZipInfo) -> None:
+        self.key, self.size = key, info.file_size
+        self.version = ("zip", id(info), info.header_offset, info.CRC)
+        self._store, self._info = store, info
+
+    def read(self, start: int, length: int) -> bytes:
+        return self._store._read_pinned(self._info, self.key, start, length)
