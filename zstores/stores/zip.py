@@ -437,26 +437,40 @@ class ZipStore(LockedConditionalWrites, Store):
         # its directory entry, not copied: live members are never written
         # over (writes go to the end or into the gaps of dead ones), so while
         # the key still names this very entry its bytes are the same.
-        # Readers beside another writer process (mode "r") check whole values.
-        if self._mode == "r":
-            return super()._open_reader(key)
+        # A reader beside another writer process (mode "r") reads each range
+        # checked against the newest directory, and only while that still
+        # holds the same entry.
         with self._lock:
+            self._refresh_reader()
             info = self._index[key]
-            if not _stored_plain(info) or info.file_size < _PIN_BY_ENTRY_ABOVE:
-                data = self._read_whole(info, key)
-                self._check_crc(info, data, key)
-                return BufferReader(key, data, ("zip", id(info), info.header_offset, info.CRC))
-            return _MemberReader(self, key, info)
+            if _stored_plain(info) and info.file_size >= _PIN_BY_ENTRY_ABOVE:
+                return _MemberReader(self, key, info)
+        # Read whole, CRC-checked (its version then a digest of the bytes: the
+        # entry may change between the look above and the read).
+        return BufferReader(key, self._get(key))
 
-    def _read_pinned(self, info: zipfile.ZipInfo, key: str, start: int, length: int) -> bytes:
-        """``_read_range`` of ``info`` while ``key`` still names it (for ``_MemberReader``)."""
+    def _read_pinned(self, entry: tuple[str, int, int, int], key: str, start: int,
+                     length: int) -> bytes:
+        """A range of ``key`` while it names the directory entry ``entry`` (``_MemberReader``)."""
+        if self._mode == "r":
+            self._check_entry(entry, key)
+            data = self._read_checked(key, (start, length))
+            self._check_entry(entry, key)  # the same entry before and after: its bytes
+            return data
         with self._lock:
-            if self._index.get(key) is not info:
+            info = self._check_entry(entry, key)
+            return self._read_range(info, key, start, length)
+
+    def _check_entry(self, entry: tuple[str, int, int, int], key: str) -> zipfile.ZipInfo:
+        with self._lock:
+            self._refresh_reader()
+            info = self._index.get(key)
+            if info is None or _entry(info) != entry:
                 raise StaleStoreError(
                     errno.ESTALE,
                     f"{key!r} in {self!r} was replaced, deleted or moved while open; "
                     "open it again")
-            return self._read_range(info, key, start, length)
+            return info
 
     def _read_range(self, info: zipfile.ZipInfo, key: str, start: int,
                     length: int | None) -> bytes:
@@ -1445,8 +1459,17 @@ class _MemberReader(ValueReader):
 
     def __init__(self, store: ZipStore, key: str, info: zipfile.ZipInfo) -> None:
         self.key, self.size = key, info.file_size
-        self.version = ("zip", id(info), info.header_offset, info.CRC)
-        self._store, self._info = store, info
+        self.version = _entry(info)
+        self._store = store
 
     def read(self, start: int, length: int) -> bytes:
-        return self._store._read_pinned(self._info, self.key, start, length)
+        return self._store._read_pinned(self.version, self.key, start, length)
+
+
+def _entry(info: zipfile.ZipInfo) -> tuple[str, int, int, int]:
+    """What names a member's bytes in one archive: where it starts, its CRC-32 and size.
+
+    Live members are never written over, so an entry with the same values
+    holds the same bytes.
+    """
+    return ("zip", info.header_offset, info.CRC, info.file_size)
