@@ -332,7 +332,7 @@ def test_a_large_object_is_read_pinned_to_its_etag(s3_endpoint: str) -> None:
 
 def test_a_large_zip_member_is_read_by_range_pinned_to_its_entry(tmp_path: Path,
                                                                  mountpoint: Path) -> None:
-    # A large stored member is not copied at open: ranges are read while its
+    # A stored member is not copied at open: ranges are read while its
     # key still names the same entry; replaced meanwhile, the read is ESTALE;
     # unlinked through the mount, the open file keeps reading its value.
     import errno

@@ -433,21 +433,27 @@ class ZipStore(LockedConditionalWrites, Store):
             return self._read_range(info, key, start, length)
 
     def _open_reader(self, key: str) -> ValueReader:
-        # A large stored member of an archive this handle writes is pinned by
-        # its directory entry, not copied: live members are never written
-        # over (writes go to the end or into the gaps of dead ones), so while
-        # the key still names this very entry its bytes are the same.
+        # A stored member is pinned by its directory entry, not copied: live
+        # members are never written over (writes go to the end or into the
+        # gaps of dead ones), so while the key still names an entry with the
+        # same offset, CRC-32 and size its bytes are the same.
         # A reader beside another writer process (mode "r") reads each range
         # checked against the newest directory, and only while that still
         # holds the same entry.
         with self._lock:
             self._refresh_reader()
             info = self._index[key]
-            if _stored_plain(info) and info.file_size >= _PIN_BY_ENTRY_ABOVE:
+            if _stored_plain(info):  # nothing read at open: a warm open costs a look-up
                 return _MemberReader(self, key, info)
-        # Read whole, CRC-checked (its version then a digest of the bytes: the
-        # entry may change between the look above and the read).
-        return BufferReader(key, self._get(key))
+        # A compressed member is read whole (CRC-checked); its entry is its
+        # version when it is the same before and after the read.
+        entry = _entry(info)
+        data = self._get(key)
+        with self._lock:
+            self._refresh_reader()
+            after = self._index.get(key)
+        return BufferReader(key, data, entry if after is not None and _entry(after) == entry
+                            else None)
 
     def _read_pinned(self, entry: tuple[str, int, int, int], key: str, start: int,
                      length: int) -> bytes:
@@ -1448,14 +1454,8 @@ def _copy_member(source: zipfile.ZipFile, target: zipfile.ZipFile, info: zipfile
         shutil.copyfileobj(reader, writer, 1 << 20)
 
 
-#: A stored member at least this large is pinned by its directory entry when a
-#: reader opens it (``open_reader``, a file open through a mount); smaller ones,
-#: and compressed ones, are read whole (and their CRC-32 checked).
-_PIN_BY_ENTRY_ABOVE = 4 << 20
-
-
 class _MemberReader(ValueReader):
-    """A large stored member, read by range while its key still names the same entry."""
+    """A stored member, read by range while its key still names the same entry."""
 
     def __init__(self, store: ZipStore, key: str, info: zipfile.ZipInfo) -> None:
         self.key, self.size = key, info.file_size
