@@ -34,10 +34,11 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+
+from bench_fuse import open_read_close, read_file, timed_pass
 
 from bench_common import drop_cold, drop_page_cache, record_section
 
@@ -93,23 +94,6 @@ def unmount(mountpoint: Path, env: dict[str, str]) -> None:
                    capture_output=True, timeout=120, env=env, check=False)
 
 
-def daemon_cpu(pid: int) -> float:
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
-                total += int(stat.read().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return total / 1e9
-
-
-def timed(work: Callable[[], Any], pid: int) -> tuple[float, float]:
-    cpu, start = daemon_cpu(pid), time.perf_counter()
-    work()
-    return time.perf_counter() - start, daemon_cpu(pid) - cpu
-
-
 def build(kind: str, folder: Path, files: int, big_mib: int) -> str:
     from zstores import DirectoryStore, LMDBStore
 
@@ -125,33 +109,19 @@ def build(kind: str, folder: Path, files: int, big_mib: int) -> str:
     return url
 
 
-def read_small(folder: Path, files: int) -> None:
-    for i in range(files):
-        with open(folder / str(i), "rb", buffering=0) as f:
-            f.read()
-
-
-def read_big(path: Path) -> None:
-    buffer = bytearray(MIB)
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(buffer):
-            pass
-
-
 def one_mount(url: str, mountpoint: Path, options: tuple[str, ...], env: dict[str, str],
               args: argparse.Namespace) -> dict[str, tuple[float, float]]:
     """Every measure through one fresh mount: name -> (wall seconds, daemon CPU seconds)."""
     drop_cold(mountpoint.parent)
     pid = mount(url, mountpoint, options, env)
     try:
-        found = {"small files, cold": timed(lambda: read_small(mountpoint / "small", args.files),
-                                            pid)}
-        found["small files, warm"] = timed(lambda: read_small(mountpoint / "small", args.files),
-                                           pid)
-        big = mountpoint / "big"
+        small = mountpoint / "small"
+        found = {"small files, cold": timed_pass(lambda: open_read_close(small, args.files), pid)}
+        found["small files, warm"] = timed_pass(lambda: open_read_close(small, args.files), pid)
+        big, buffer = mountpoint / "big", bytearray(MIB)
         drop_page_cache(big)
-        found["big value, cold"] = timed(lambda: read_big(big), pid)
-        found["big value, warm"] = timed(lambda: read_big(big), pid)
+        found["big value, cold"] = timed_pass(lambda: read_file(big, buffer), pid)
+        found["big value, warm"] = timed_pass(lambda: read_file(big, buffer), pid)
         return found
     finally:
         unmount(mountpoint, env)
