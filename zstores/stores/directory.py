@@ -1102,13 +1102,26 @@ class DirectoryStore(Store):
         the temporary file is removed and so are the folders this write
         created, if empty.
         """
+        def replace(folder: int, temp: str) -> bool:
+            self._replace(folder, temp, folder, key, name)
+            return True
+
+        return self._through_temp(chain, segments, key, value, replace) is not None
+
+    def _through_temp(self, chain: list[int], segments: list[str], key: str, value: Buffer,
+                      place: Callable[[int, str], bool]) -> bool | None:
+        """Write ``value`` to a temporary file in the last folder of ``chain``, then
+        ``place(folder, temp)``: whether it took the key's name (the folder is then
+        synced if asked).  None when the folder or the temporary file vanished;
+        on any failure the temporary file is removed and so are the folders
+        this write created, if empty."""
         folder = chain[-1]
         temp = TEMP_PREFIX + os.urandom(16).hex()
         try:
             # 0o666 minus the umask, like a plain open(): not mkstemp's 0o600.
             fd = os.open(temp, _CREATE, 0o666, dir_fd=folder)
         except FileNotFoundError:
-            return False
+            return None
         except OSError as error:
             self._prune(chain, segments)
             self._reraise(error, "write", key)
@@ -1119,19 +1132,19 @@ class DirectoryStore(Store):
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            self._replace(folder, temp, folder, key, name)
-            if self._fsync:
+            placed = place(folder, temp)
+            if placed and self._fsync:
                 _fsync_folder(folder)
         except FileNotFoundError:
             _unlink_quietly(temp, folder)
-            return False
+            return None
         except BaseException as error:
             _unlink_quietly(temp, folder)
             self._prune(chain, segments)
             if isinstance(error, OSError):
                 self._reraise(error, "write", key)
             raise
-        return True
+        return placed
 
     # ---------------------------------------------------- conditional writes
     # set_if_not_exists writes a temporary file as _set does, then gives it the
@@ -1169,36 +1182,12 @@ class DirectoryStore(Store):
         """Write ``value`` as a temporary file in the last folder of ``chain``, then
         link it to ``name`` unless that exists.  True: created; False: the key
         exists; None: the folder or the temporary file vanished (write again)."""
-        folder = chain[-1]
-        temp = TEMP_PREFIX + os.urandom(16).hex()
-        try:
-            fd = os.open(temp, _CREATE, 0o666, dir_fd=folder)
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            self._prune(chain, segments)
-            self._reraise(error, "write", key)
-        try:
-            try:
-                _write_all(fd, value)
-                if self._fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+        def link(folder: int, temp: str) -> bool:
             created = self._link_if_absent(folder, temp, key, name)
-            if created and self._fsync:
-                _fsync_folder(folder)
-        except FileNotFoundError:
-            _unlink_quietly(temp, folder)
-            return None
-        except BaseException as error:
-            _unlink_quietly(temp, folder)
-            self._prune(chain, segments)
-            if isinstance(error, OSError):
-                self._reraise(error, "write", key)
-            raise
-        _unlink_quietly(temp, folder)  # linked (a second name) or not wanted
-        return created
+            _unlink_quietly(temp, folder)  # linked (a second name) or not wanted
+            return created
+
+        return self._through_temp(chain, segments, key, value, link)
 
     def _link_if_absent(self, folder: int, temp: str, key: str, name: str) -> bool:
         """Give ``temp`` the name ``name`` unless it exists; whether it did.
