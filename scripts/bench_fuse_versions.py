@@ -13,9 +13,10 @@ measured the same way:
   (read again at once).
 
 For each mount kind (read-write, the default; ``--read-only``) and backend
-(LMDB, Directory) the table gives both medians, their ratio (current over
-baseline: above 1.0 the current code is faster) and the daemon's CPU time per
-pass, which other jobs on the machine inflate less than wall-clock time.
+(LMDB, Directory, SQLite, Zip: an archive written by Python's zipfile) the
+table gives both medians, their ratio (current over baseline: above 1.0 the
+current code is faster) and the daemon's CPU time per pass, which other jobs
+on the machine inflate less than wall-clock time.
 
 Usage::
 
@@ -95,18 +96,38 @@ def unmount(mountpoint: Path, env: dict[str, str]) -> None:
 
 
 def build(kind: str, folder: Path, files: int, big_mib: int) -> str:
-    from zstores import DirectoryStore, LMDBStore
+    """The store of ``kind`` holding the small files and the big value; its URL."""
+    small = os.urandom(64 << 10)
+    values = {f"small/{i}": small[i % 64:] + small[:i % 64] for i in range(files)}
+    if kind == "zip":
+        return build_zip(folder / "data.zip", values, big_mib)
+    from zstores import DirectoryStore, LMDBStore, SQLiteStore
 
     if kind == "lmdb":
         url, store = f"lmdb://{folder / 'data.lmdb'}", LMDBStore(folder / "data.lmdb",
                                                                 map_size=1 << 30)
+    elif kind == "sqlite":
+        url, store = f"sqlite://{folder / 'data.sqlite'}", SQLiteStore(folder / "data.sqlite")
     else:
         url, store = f"file://{folder / 'data'}", DirectoryStore(folder / "data")
-    small = os.urandom(64 << 10)
-    store.setitems({f"small/{i}": small[i % 64:] + small[:i % 64] for i in range(files)})
+    store.setitems(values)
     store["big"] = os.urandom(MIB) * big_mib
     store.close()
     return url
+
+
+def build_zip(path: Path, values: dict[str, bytes], big_mib: int) -> str:
+    """A ZIP_STORED archive written by Python's zipfile (neither side's code)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, value in values.items():
+            archive.writestr(name, value)
+        with archive.open("big", "w", force_zip64=True) as member:
+            block = os.urandom(MIB)
+            for _ in range(big_mib):
+                member.write(block)
+    return f"zip://{path}"
 
 
 def one_mount(url: str, mountpoint: Path, options: tuple[str, ...], env: dict[str, str],
@@ -150,7 +171,7 @@ def run(args: argparse.Namespace, baseline: Path, work: Path) -> list[str]:
 def rows(samples: dict[tuple[str, str, str, str], list[tuple[float, float]]],
          args: argparse.Namespace) -> list[str]:
     lines = []
-    label = {"lmdb": "LMDB", "directory": "Directory"}
+    label = {"lmdb": "LMDB", "directory": "Directory", "sqlite": "SQLite", "zip": "Zip"}
     for kind in args.backends:
         for mount_kind in MOUNTS:
             for name in ("small files, cold", "small files, warm", "big value, cold",
@@ -199,8 +220,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline", default=BASELINE, help="the commit to compare with")
-    parser.add_argument("--backends", nargs="+", default=["lmdb", "directory"],
-                        choices=["lmdb", "directory"])
+    parser.add_argument("--backends", nargs="+", default=["lmdb", "directory", "sqlite", "zip"],
+                        choices=["lmdb", "directory", "sqlite", "zip"])
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--big-mib", type=int, default=256)
     parser.add_argument("--record", action="store_true", help="write docs/benchmarks.md")
