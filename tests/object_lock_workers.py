@@ -141,3 +141,44 @@ def dask_unlocked(location: str, options: dict[str, Any], tasks: int, wait: floa
     array[REGION] = before + 1
     store.close()
     return 1
+
+
+def netns_main(role: str, location: str, options_json: str, fenced: str) -> None:
+    """A writer in a network namespace (``python -c`` with JSON arguments; messages on stdio).
+
+    Roles: "setup" makes the array, "values" sends REGION, "paused" adds 1 and
+    stops at its first write, "other" waits for "go" and adds 1 ten times.
+    """
+    import json
+    import sys
+
+    import zarr
+    from fencing_workers import LinePipe
+
+    import zstores
+
+    options = json.loads(options_json)
+    wait, lease = options.pop("wait"), options.pop("lease")
+    pipe = LinePipe(sys.stdin, sys.stdout)
+    sync = zstores.ObjectStoreSynchronizer(s3_store(location, options), lease=lease,
+                                           timeout=wait, poll=0.02)
+    if role == "paused":
+        paused_writer(location, options, sync, fenced == "1", "write", pipe)
+        return
+    store = s3_store(location, options)
+    if role == "setup":
+        zarr.create_array(zstores.zarr_store(store), name="data", shape=(20,), chunks=(3,),
+                          dtype="i4", fill_value=0, overwrite=True)
+    elif role == "values":
+        array = zarr.open_array(zstores.zarr_store(store), path="data", mode="r")
+        pipe.send(np.asarray(array[REGION]).tolist())
+    else:  # the other writer: takes the paused one's locks once their leases stood, adds 1 x10
+        proxy = zstores.synchronized(
+            zarr.open_array(zstores.zarr_store(store), path="data", mode="r+"), sync,
+            fenced=fenced == "1")
+        assert pipe.recv() == "go"  # started (and zarr imported) before the cut
+        for _ in range(10):
+            with proxy.locked(REGION):
+                proxy[REGION] = proxy[REGION] + 1
+        pipe.send(["done", np.asarray(proxy[REGION]).tolist()])
+    store.close()

@@ -8,10 +8,14 @@ tests/test_fencing.py), a partition by a TCP relay that holds the bytes.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import pickle
+import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -39,6 +43,13 @@ from zstores.adapters import zarr_store  # noqa: E402 - needs zarr
 pytestmark = pytest.mark.timeout(600)
 
 WAIT = 300  # seconds any single wait on another process may take at most (moto is slow)
+#: The lease of a writer the test stops or cuts off: long enough that its
+#: renewals keep it through its own read on a loaded machine (moto answers in
+#: up to a few hundred ms then), short enough that the others take it over soon.
+SHORT = 3
+#: The lease of the writers that must not lose theirs (a waiter takes a lock
+#: over after the lease its *holder* recorded, not its own).
+LONG = 60
 REGION = fencing_workers.REGION
 
 
@@ -92,7 +103,7 @@ def test_a_stopped_holder_s_lease_expires_and_is_taken_over(bucket):
     resumed, it finds its lease lost."""
     location, options = bucket
     store = zstores.S3Store(location, **options)
-    sync = ObjectStoreSynchronizer(store, lease=1, timeout=WAIT, poll=0.02)
+    sync = ObjectStoreSynchronizer(store, lease=SHORT, timeout=WAIT, poll=0.02)
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     holder = context.Process(target=workers.hold_then_check, args=(sync, "k", theirs))
@@ -103,7 +114,8 @@ def test_a_stopped_holder_s_lease_expires_and_is_taken_over(bucket):
         first = ours.recv()
         stop(holder.pid)
         try:
-            with sync["k"] as lock:  # waits until it has seen the lease unrenewed for 1 s
+            taker = ObjectStoreSynchronizer(store, lease=LONG, timeout=WAIT, poll=0.02)
+            with taker["k"] as lock:  # waits until it has seen the lease unrenewed for SHORT s
                 assert lock.token > first
         finally:
             os.kill(holder.pid, signal.SIGCONT)
@@ -117,10 +129,10 @@ def test_a_stopped_holder_s_lease_expires_and_is_taken_over(bucket):
 
 def test_a_holder_working_for_five_leases_keeps_its_lock(bucket):
     location, options = bucket
-    sync = ObjectStoreSynchronizer(zstores.S3Store(location, **options), lease=2, poll=0.05)
+    sync = ObjectStoreSynchronizer(zstores.S3Store(location, **options), lease=SHORT)
     lock = sync["k"]
     lock.acquire()
-    other = ObjectStoreSynchronizer(zstores.S3Store(location, **options), lease=2)
+    other = ObjectStoreSynchronizer(zstores.S3Store(location, **options), lease=SHORT)
     with pytest.raises(LockTimeoutError, match="'k'"):
         other["k"].acquire(timeout=5 * sync.lease)  # renewed all along
     lock.check()
@@ -169,12 +181,13 @@ def test_a_writer_paused_past_its_lease_never_lands_a_stale_write(fenced, pause_
     location, options = bucket
     store = zstores.S3Store(location, **options)
     make_array(store)
-    sync = ObjectStoreSynchronizer(zstores.S3Store(location, **options), lease=1, timeout=WAIT,
-                                   poll=0.02)
+    sync = ObjectStoreSynchronizer(zstores.S3Store(location, **options), lease=LONG,
+                                   timeout=WAIT, poll=0.02)
+    short = ObjectStoreSynchronizer(sync.store, lease=SHORT, timeout=WAIT)
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     writer = context.Process(target=workers.paused_writer,
-                             args=(location, options, sync, fenced, pause_at, theirs))
+                             args=(location, options, short, fenced, pause_at, theirs))
     writer.start()
     theirs.close()
     try:
@@ -182,7 +195,7 @@ def test_a_writer_paused_past_its_lease_never_lands_a_stale_write(fenced, pause_
         stop(writer.pid)
         try:
             proxy = zstores.synchronized(view(store), sync, fenced=fenced)
-            for _ in range(10):  # the first waits until A's leases have stood unrenewed
+            for _ in range(10):  # the first waits until A's leases stood unrenewed (SHORT s)
                 with proxy.locked(REGION):
                     proxy[REGION] = proxy[REGION] + 1
             ours.send("go")
@@ -221,9 +234,9 @@ def test_a_write_held_up_by_a_partition_never_lands_late(fenced, bucket, s3_endp
     # A waits for its answer as long as the cut lasts, as a slow network makes it.
     relayed = {**options, "endpoint_url": f"http://127.0.0.1:{relay.port}",
                "request_timeout": WAIT, "retry_timeout": WAIT}
-    sync = ObjectStoreSynchronizer(zstores.S3Store(location, **options), lease=1, timeout=WAIT,
-                                   poll=0.02)
-    relayed_sync = ObjectStoreSynchronizer(zstores.S3Store(location, **relayed), lease=1,
+    sync = ObjectStoreSynchronizer(zstores.S3Store(location, **options), lease=LONG,
+                                   timeout=WAIT, poll=0.02)
+    relayed_sync = ObjectStoreSynchronizer(zstores.S3Store(location, **relayed), lease=SHORT,
                                            timeout=WAIT)
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
@@ -354,3 +367,121 @@ def test_dask_cluster_with_object_locks_loses_nothing_and_the_control_loses(buck
         Event("go").set()
         assert sum(client.gather(futures)) == 4
     assert view(store)[REGION].tolist() == [25] * 10  # 4 increments, 3 lost
+
+
+# ------------------------------------------------- hosts as network namespaces
+@pytest.fixture
+def s3_on_two_hosts(tmp_path):
+    """Namespaces R (moto on 10.231.9.1) and A (10.231.9.2), joined by a veth pair.
+
+    Made by the test and deleted after it.  Yields (R, A, R's end of the
+    link, the bucket's location on R, S3Store options without the endpoint).
+    """
+    from servers import emulators_bin
+    from test_fencing import _ip
+
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 to make network namespaces")
+    moto = emulators_bin("moto_server")
+    tag = unique("")[-6:]
+    host_r, host_a = f"zor-{tag}", f"zoa-{tag}"
+    made: list[str] = []
+    server = None
+    try:
+        for name in (host_r, host_a):
+            subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+            made.append(name)
+            _ip("link", "set", "lo", "up", namespace=name)
+        _ip("link", "add", f"or{tag}", "netns", host_r, "type", "veth", "peer", "name",
+            f"oa{tag}", "netns", host_a)
+        _ip("addr", "add", "10.231.9.1/30", "dev", f"or{tag}", namespace=host_r)
+        _ip("addr", "add", "10.231.9.2/30", "dev", f"oa{tag}", namespace=host_a)
+        _ip("link", "set", f"or{tag}", "up", namespace=host_r)
+        _ip("link", "set", f"oa{tag}", "up", namespace=host_a)
+        server = subprocess.Popen(["ip", "netns", "exec", host_r, moto, "-H", "0.0.0.0", "-p",
+                                   "5000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Inside R: moto answers, then a bucket is made (an unsigned PUT, as moto takes it).
+        create = ("import sys, urllib.request; urllib.request.urlopen(urllib.request.Request("
+                  "sys.argv[1], method='PUT'), timeout=5).close()")
+        bucket = unique("zxnet").replace("_", "-")
+        end = time.monotonic() + WAIT
+        while subprocess.run(["ip", "netns", "exec", host_r, sys.executable, "-c", create,
+                              f"http://127.0.0.1:5000/{bucket}"], check=False,
+                             capture_output=True).returncode:
+            assert time.monotonic() < end, "moto did not answer in R"
+            time.sleep(0.2)
+        options = {key: value for key, value in s3_options("http://x").items()
+                   if key != "endpoint_url"}
+        yield host_r, host_a, f"or{tag}", f"{bucket}/run", options
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        for name in made:
+            subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
+
+
+def _in_namespace(namespace: str, role: str, location: str, options: dict, fenced: bool,
+                  lease: float = LONG):
+    code = "import sys, object_lock_workers; object_lock_workers.netns_main(*sys.argv[1:])"
+    tests = os.path.dirname(os.path.abspath(__file__))
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.path.dirname(tests)])}
+    return subprocess.Popen(
+        ["ip", "netns", "exec", namespace, sys.executable, "-c", code, role, location,
+         json.dumps({**options, "wait": WAIT, "lease": lease}), "1" if fenced else "0"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environment)
+
+
+def _message(process):
+    line = process.stdout.readline()
+    assert line, f"the writer ended ({process.wait(WAIT)}) without a word"
+    return json.loads(line)
+
+
+@pytest.mark.parametrize("cut", ["sigstop", "link-down"])
+@pytest.mark.parametrize("fenced", [True, False], ids=["fenced", "unfenced"])
+def test_s3_writers_on_two_hosts_never_land_a_late_write(fenced, cut, s3_on_two_hosts):
+    """moto (data and lease objects) on host R; A on host A stops or loses its link as its
+    first PUT leaves.  The other writer, on R, takes A's expired locks and adds 1 ten
+    times; then A resumes (SIGCONT, or the link comes back and TCP delivers what it held).
+    Fenced: A's late conditional PUT is refused, 0 lost.  Unfenced: 10 lost."""
+    from test_fencing import _ip
+
+    host_r, host_a, link, location, options = s3_on_two_hosts
+    local = {**options, "endpoint_url": "http://127.0.0.1:5000"}
+    # A waits for its answers as long as the cut lasts, as TCP does.
+    remote = {**options, "endpoint_url": "http://10.231.9.1:5000", "request_timeout": WAIT,
+              "retry_timeout": WAIT, "connect_timeout": WAIT}
+    _in_namespace(host_r, "setup", location, local, fenced).communicate(timeout=WAIT)
+    writer = _in_namespace(host_a, "paused", location, remote, fenced, SHORT)
+    other = _in_namespace(host_r, "other", location, local, fenced)
+    try:
+        assert _message(writer) == "write"
+        if cut == "sigstop":
+            stop(writer.pid)  # ip netns exec runs the writer itself
+        else:
+            _ip("link", "set", link, "down", namespace=host_r)
+        for process in (writer, other):
+            process.stdin.write('"go"\n')
+            process.stdin.flush()
+        done, seen = _message(other)
+        other.wait(WAIT)
+        assert done == "done" and seen == [10] * 10
+        if cut == "sigstop":
+            os.kill(writer.pid, signal.SIGCONT)
+        else:
+            _ip("link", "set", link, "up", namespace=host_r)
+        outcome, detail = _message(writer)
+    finally:
+        _ip("link", "set", link, "up", namespace=host_r)
+        for process in (writer, other):
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGCONT)
+                process.stdin.close()
+            process.wait(WAIT)
+    assert outcome == "refused", detail
+    assert ("its commit was refused" if fenced else "expired after") in detail
+    check = _in_namespace(host_r, "values", location, local, fenced)
+    values = _message(check)
+    check.wait(WAIT)
+    assert values == ([10] * 10 if fenced else [1] * 10)
