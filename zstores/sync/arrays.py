@@ -640,10 +640,12 @@ class SynchronizedArray:
                 held.locks[name] = lock
                 taken.append(name)
                 held.chunks += not metadata
-                if self._fenced and not metadata and getattr(lock, "token", None) is not None:
-                    # Before anything is read under it: no earlier holder
-                    # can commit once its token is recorded.
-                    fencing.advance(self._tx_store, lock)  # type: ignore[arg-type]
+            if self._fenced and not metadata:
+                # Before anything is read under them: no earlier holder can
+                # commit once its token is recorded (one transaction for all).
+                fencing.advance(self._tx_store, *(  # type: ignore[arg-type]
+                    held.locks[name] for name in taken
+                    if getattr(held.locks[name], "token", None) is not None))
             yield
         except BaseException as error:
             # The error that stopped the block is the one to see; a lock that

@@ -80,32 +80,35 @@ def _stale(lock: Any, name: str | None, token: int, store: object) -> LeaseExpir
     )
 
 
-def advance(store: Store, lock: Any) -> None:
-    """Record ``lock``'s token in its fence record, unless a newer one is there.
+def advance(store: Store, *locks: Any) -> None:
+    """Record each lock's token in its fence record, unless a newer one is there.
 
-    Called right after the lock is granted, before anything is read under it.
-    A record of another lock name (another synchronizer, or none of ours) is
-    replaced: tokens of different synchronizers cannot be compared.
+    Called right after the locks are granted, before anything is read under
+    them; the records of all the locks a write takes at once go in one
+    transaction.  A record of another lock name (another synchronizer, or
+    none of ours) is replaced: tokens of different synchronizers cannot be
+    compared.
 
     Raises
     ------
     LeaseExpiredError
-        If the record holds a larger token of the same lock: the lock was
-        granted again after this grant.
+        If a record holds a larger token of the same lock: the lock was
+        granted again after this grant (nothing is recorded).
     """
-    if getattr(store, "fences_by_version", False):
+    if getattr(store, "fences_by_version", False) or not locks:
         return  # each chunk's version read under the lock is its fence
-    key = fence_key(lock.key)
     for attempt in range(1, _TRIES + 1):
         tx = store.transaction(bind_thread=False)
         try:
-            name, token = _parse(tx.get(key))
-            if name == lock.name and token > lock.token:
-                raise _stale(lock, name, token, store)
-            if name == lock.name and token == lock.token:
-                return  # recorded already (the lock's key was locked twice)
-            lock.check()
-            tx[key] = _record(lock)
+            for lock in locks:
+                key = fence_key(lock.key)
+                name, token = _parse(tx.get(key))
+                if name == lock.name and token > lock.token:
+                    raise _stale(lock, name, token, store)
+                if name == lock.name and token == lock.token:
+                    continue  # recorded already (the lock's key was locked twice)
+                lock.check()
+                tx[key] = _record(lock)
             tx.commit()
             return
         except TransactionConflictError:
