@@ -263,11 +263,16 @@ def test_a_write_held_up_by_a_partition_never_lands_late(fenced, bucket, s3_endp
     assert view(store)[REGION].tolist() == ([10] * 10 if fenced else [1] * 10)
 
 
-def test_fenced_writers_in_processes_count_exactly(bucket):
+@pytest.mark.parametrize("locks", ["object", "redis"])
+def test_fenced_writers_in_processes_count_exactly(locks, bucket, redis_url):
     location, options = bucket
     store = zstores.S3Store(location, **options)
     make_array(store)
-    sync = ObjectStoreSynchronizer(store, lease=30, timeout=WAIT, poll=0.02)
+    if locks == "redis":  # Redis locks, S3 data: fenced by the chunks' versions all the same
+        sync = zstores.RedisSynchronizer(redis_url, prefix=unique("objfence") + ":", lease=30,
+                                         timeout=WAIT)
+    else:
+        sync = ObjectStoreSynchronizer(store, lease=30, timeout=WAIT, poll=0.02)
     context = multiprocessing.get_context("spawn")
     with context.Pool(3) as pool:
         done = pool.starmap_async(workers.add_fenced,
