@@ -490,3 +490,15 @@ def test_s3_writers_on_two_hosts_never_land_a_late_write(fenced, cut, s3_on_two_
     values = _message(check)
     check.wait(WAIT)
     assert values == ([10] * 10 if fenced else [1] * 10)
+
+
+# ---------------------------------------------------------------- benchmark
+@pytest.mark.slow
+def test_bench_sync_fencing_part_smoke(redis_url, s3_endpoint):
+    from test_benchmarks_smoke import run_smoke
+
+    out = run_smoke(sys.executable, "bench_sync.py", "--part", "fencing", "--redis-url",
+                    redis_url, "--s3-endpoint", s3_endpoint)
+    for row in ("| ObjectStoreSynchronizer |", "| s3 | ObjectStoreSynchronizer |",
+                "| sqlite | RedisSynchronizer |", "| ObjectStoreSynchronizer | 2 |"):
+        assert row in out, row
