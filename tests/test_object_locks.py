@@ -142,6 +142,35 @@ def test_a_holder_working_for_five_leases_keeps_its_lock(bucket):
         assert again.token == token + 1  # no grant in between: the lease never lapsed
 
 
+def test_a_wait_warns_and_a_timeout_raises_and_a_url_opens_the_store(bucket, s3_endpoint):
+    import logging
+
+    from object_urls import s3_store_url
+
+    location, _ = bucket
+    bucket_name, prefix = location.split("/", 1)
+    sync = ObjectStoreSynchronizer(s3_store_url(s3_endpoint, bucket_name, prefix), lease=30,
+                                   warn_after=0.05)
+    assert pickle.loads(pickle.dumps(sync)).store == sync.store
+    seen: list[str] = []
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Handler(logging.WARNING)
+    logging.getLogger("zstores.sync").addHandler(handler)
+    try:
+        with sync["data/c/0"]:
+            with pytest.raises(LockTimeoutError, match="'data/c/0'"):
+                sync["data/c/0"].acquire(timeout=5)  # warned within it, many times
+    finally:
+        logging.getLogger("zstores.sync").removeHandler(handler)
+    assert seen and "data/c/0" in seen[0] and "timeout 5" in seen[0]
+    with sync["data/c/0"] as lock:  # the waiter that gave up left the line
+        assert lock.token
+
+
 @pytest.mark.parametrize("fenced", [True, False], ids=["fenced", "unfenced"])
 def test_a_holder_whose_renewals_are_blocked_is_refused_at_its_next_write(fenced, bucket,
                                                                           s3_endpoint):
