@@ -182,3 +182,34 @@ def netns_main(role: str, location: str, options_json: str, fenced: str) -> None
                 proxy[REGION] = proxy[REGION] + 1
         pipe.send(["done", np.asarray(proxy[REGION]).tolist()])
     store.close()
+
+
+class PauseAfter(Pause):
+    """A ``Pause`` that lets the first ``writes`` writes through and stops at the next."""
+
+    def __init__(self, connection: Any, writes: int) -> None:
+        super().__init__(connection)
+        self._left = writes
+
+    def __call__(self, where: str) -> None:
+        with self._lock:
+            self._left -= 1
+            through = self._left >= 0
+        if not through:
+            super().__call__(where)
+
+
+def killed_writer(location: str, options: dict[str, Any], sync: Any, connection: Any) -> None:
+    """Write 7 into REGION (four chunks, fenced): the first chunk lands, then it stops for the
+    test to kill it (SIGKILL) at its second chunk's write."""
+    import zarr
+
+    import zstores
+
+    pause = PauseAfter(connection, 1)
+    pause.arm()
+    store = s3_store(location, options, pause)
+    proxy = zstores.synchronized(zarr.open_array(zstores.zarr_store(store), path="data",
+                                                 mode="r+"), sync, fenced=True)
+    proxy[REGION] = 7
+    connection.send("not killed")

@@ -531,3 +531,33 @@ def test_bench_sync_fencing_part_smoke(redis_url, s3_endpoint):
     for row in ("| ObjectStoreSynchronizer |", "| s3 | ObjectStoreSynchronizer |",
                 "| sqlite | RedisSynchronizer |", "| ObjectStoreSynchronizer | 2 |"):
         assert row in out, row
+
+
+def test_a_region_write_retried_after_its_writer_was_killed_converges(bucket):
+    """A writer is killed (SIGKILL) after the first of its four chunks landed: the region is
+    half written and its locks stay held.  The task run again (as dask does) waits for their
+    leases, writes the same region, and the array is as if the first attempt never ran."""
+    location, options = bucket
+    store = zstores.S3Store(location, **options)
+    array = make_array(store)
+    short = ObjectStoreSynchronizer(zstores.S3Store(location, **options), lease=SHORT,
+                                    timeout=WAIT)
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    writer = context.Process(target=workers.killed_writer,
+                             args=(location, options, short, theirs))
+    writer.start()
+    theirs.close()
+    try:
+        assert ours.poll(WAIT) and ours.recv() == "write"
+        os.kill(writer.pid, signal.SIGKILL)
+    finally:
+        writer.join(WAIT)
+    assert array[:].tolist() == [7] * 3 + [0] * 17  # chunk 0 landed, 1-3 did not
+    held = [json.loads(store[short.lock_name(key)])["holder"] for key in
+            zstores.synchronized(array, short).layout.keys(REGION)]
+    assert all(held)  # the dead writer's leases stand until they run out
+    retry = zstores.synchronized(array, ObjectStoreSynchronizer(store, lease=LONG,
+                                                                timeout=WAIT), fenced=True)
+    retry[REGION] = 7  # the same task again
+    assert array[:].tolist() == [7] * 10 + [0] * 10
