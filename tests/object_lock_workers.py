@@ -213,3 +213,50 @@ def killed_writer(location: str, options: dict[str, Any], sync: Any, connection:
                                                  mode="r+"), sync, fenced=True)
     proxy[REGION] = 7
     connection.send("not killed")
+
+
+class CountingRelay:
+    """A ``FreezingRelay`` that also tells which connections had bytes held while frozen
+    (``held``) and which got an answer from the server after it healed (``answered``), so
+    a test knows when every request held by the cut has reached the server and been
+    answered: the held requests of a client that gave up (a short timeout) too."""
+
+    def __new__(cls, port: int) -> Any:
+        from fencing_workers import FreezingRelay
+
+        class Counting(FreezingRelay):
+            def __init__(self, port: int) -> None:
+                self.held: set[int] = set()
+                self.answered: set[int] = set()
+                self.frozen = False
+                super().__init__(port)
+
+            def freeze(self) -> None:
+                self.frozen = True
+                super().freeze()
+
+            def heal(self) -> None:
+                self.frozen = False
+                super().heal()
+
+            def _pump(self, source: Any, target: Any) -> None:
+                import socket
+
+                try:
+                    from_server = source.getpeername()[1] == self._target
+                    link = id(target if from_server else source)
+                    while data := source.recv(1 << 16):
+                        if not from_server and self.frozen:
+                            self.held.add(link)
+                        elif from_server and not self.frozen:
+                            self.answered.add(link)
+                        self._open.wait()
+                        target.sendall(data)
+                    target.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+
+            def delivered(self) -> bool:
+                return self.held <= self.answered
+
+        return Counting(port)
