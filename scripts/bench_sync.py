@@ -51,6 +51,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench_common import load_average, missing_peers
 
@@ -381,6 +382,181 @@ def worker_main(arguments: list[str]) -> None:
     print(json.dumps(result))
 
 
+# ================================================= fencing and object locks
+# ``--part fencing`` (issue 25): locks and fenced writes on an S3 emulator,
+# RedisSynchronizer beside ObjectStoreSynchronizer, recorded in a section of
+# its own.  Everything runs against the same moto bucket and Redis server.
+FENCE_BEGIN = "<!-- bench_sync_fencing:begin -->"
+FENCE_END = "<!-- bench_sync_fencing:end -->"
+FENCE_LOCKS = 10 if SMOKE else 60  # acquire+release pairs per measurement
+FENCE_WRITES = 4 if SMOKE else 24  # synchronized writes per measurement
+CONTENDERS = [2] if SMOKE else [4, 8]
+GRANTS = 3 if SMOKE else 8  # grants each contender waits for
+HOLD = 0.01  # seconds a contender holds the lock
+
+
+def _bench_s3(endpoint: str, location: str) -> Any:
+    from zstores import S3Store
+
+    return S3Store(location, endpoint_url=endpoint, access_key_id="bench",
+                   secret_access_key="bench-secret", region="us-east-1")
+
+
+def _bench_sync(kind: str, endpoint: str, location: str, redis_url: str, lease: float) -> Any:
+    import uuid
+
+    from zstores import ObjectStoreSynchronizer, RedisSynchronizer
+
+    if kind == "redis":
+        return RedisSynchronizer(redis_url, prefix=f"bench-{uuid.uuid4().hex[:8]}:", lease=lease)
+    return ObjectStoreSynchronizer(_bench_s3(endpoint, location + "-locks"), lease=lease,
+                                   poll=0.01)
+
+
+def fence_lock_seconds(kind: str, endpoint: str, location: str, redis_url: str) -> float:
+    """Seconds per uncontended acquire + release."""
+    sync = _bench_sync(kind, endpoint, location, redis_url, 30)
+    with sync["warm"]:
+        pass
+    start = time.perf_counter()
+    for index in range(FENCE_LOCKS):
+        with sync[f"k{index % 8}"]:
+            pass
+    return (time.perf_counter() - start) / FENCE_LOCKS
+
+
+def fence_write_seconds(kind: str, fenced: bool, data: str, endpoint: str, location: str,
+                        redis_url: str) -> float:
+    """Seconds per synchronized write of 1,000 int32 across two chunks (two read-modify-writes)."""
+    import numpy as np
+    import zarr
+
+    import zstores
+
+    if data == "s3":
+        store = _bench_s3(endpoint, location)
+    else:
+        store = zstores.SQLiteStore(location, mode="a")
+    array = zarr.create_array(zstores.zarr_store(store), name="data", shape=(FENCE_WRITES * 1000,),
+                              chunks=(1000,), dtype="i4", fill_value=0, overwrite=True)
+    proxy = zstores.synchronized(array, _bench_sync(kind, endpoint, location, redis_url, 30),
+                                 fenced=fenced)
+    value = np.arange(1000, dtype="i4")
+    proxy[0:10] = 1  # zarr and the locks warm
+    start = time.perf_counter()
+    for index in range(FENCE_WRITES - 1):
+        proxy[index * 1000 + 500:index * 1000 + 1500] = value
+    return (time.perf_counter() - start) / (FENCE_WRITES - 1)
+
+
+def fence_waits(kind: str, processes: int, endpoint: str, location: str,
+                redis_url: str) -> list[float]:
+    """Every wait for one lock of ``processes`` spawned contenders, each taking it GRANTS times."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(processes), context.Queue()
+    sync = _bench_sync(kind, endpoint, location, redis_url, 30)
+    # The contenders share one synchronizer's prefix: pickled to them.
+    workers = [context.Process(target=_contender_of, args=(sync, barrier, results))
+               for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    waits = [wait for _ in workers for wait in results.get(timeout=600)]
+    for worker in workers:
+        worker.join(60)
+    return waits
+
+
+def _contender_of(sync: Any, barrier: Any, results: Any) -> None:
+    waits = []
+    with sync["warm"]:  # connections, imports and Lua scripts ready before the first wait
+        pass
+    barrier.wait()
+    for _ in range(GRANTS):
+        asked = time.perf_counter()
+        with sync["contended"]:
+            waits.append(time.perf_counter() - asked)
+            time.sleep(HOLD)
+    results.put(waits)
+
+
+def measure_fencing(args: argparse.Namespace) -> str:
+    """All of the fencing part, the implementations taking turns in every round."""
+    import uuid
+
+    from bench_common import median
+
+    endpoint, redis_url = args.s3_endpoint, args.redis_url
+    if not endpoint or not redis_url:
+        raise SystemExit("--part fencing needs --s3-endpoint and --redis-url "
+                         "(or $ZSTORES_TEST_S3_ENDPOINT, $ZSTORES_TEST_REDIS_URL)")
+    bucket = f"bench-{uuid.uuid4().hex[:12]}"
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint.rstrip('/')}/{bucket}",
+                                                  method="PUT"), timeout=30).close()
+    folder = tempfile.mkdtemp(prefix="bench-fence-")
+    locks: dict[str, list[float]] = {}
+    writes: dict[tuple[str, str, bool], list[float]] = {}
+    waits: dict[tuple[str, int], list[float]] = {}
+    lock_kinds = ["redis", "object"]
+    write_rows = [("s3", "redis", False), ("s3", "redis", True), ("s3", "object", False),
+                  ("s3", "object", True), ("sqlite", "redis", False), ("sqlite", "redis", True)]
+    for round_ in range(args.rounds):
+        turn = round_ % 2
+        for kind in lock_kinds[turn:] + lock_kinds[:turn]:
+            location = f"{bucket}/locks-{kind}-{round_}"
+            locks.setdefault(kind, []).append(
+                fence_lock_seconds(kind, endpoint, location, redis_url))
+        for data, kind, fenced in write_rows[turn:] + write_rows[:turn]:
+            tag = f"{data}-{kind}-{int(fenced)}-{round_}"
+            location = (f"{bucket}/{tag}" if data == "s3"
+                        else os.path.join(folder, f"{tag}.sqlite"))
+            writes.setdefault((data, kind, fenced), []).append(
+                fence_write_seconds(kind, fenced, data, endpoint, location, redis_url))
+        for processes in CONTENDERS:
+            for kind in lock_kinds[turn:] + lock_kinds[:turn]:
+                location = f"{bucket}/wait-{kind}-{processes}-{round_}"
+                waits.setdefault((kind, processes), []).extend(
+                    fence_waits(kind, processes, endpoint, location, redis_url))
+    names = {"redis": "RedisSynchronizer", "object": "ObjectStoreSynchronizer"}
+    lines = [("Locks and data on the same emulators: moto (S3) and one Redis server; "
+              f"{args.rounds} rounds, the implementations taking turns; medians."), "",
+             (f"Uncontended `with sync[key]: pass`, {FENCE_LOCKS} per round (locks in S3 for "
+              "the object synchronizer, in Redis for the other):"), "",
+             "| synchronizer | ms per acquire + release | vs Redis |", "|---|---:|---:|"]
+    redis_lock = median(locks["redis"])
+    for kind in lock_kinds:
+        seconds = median(locks[kind])
+        lines.append(f"| {names[kind]} | {seconds * 1000:.2f} | {seconds / redis_lock:.2f}x |")
+    lines += ["", (f"Synchronized writes of 1,000 int32 across two 1,000-element chunks (two "
+                   f"read-modify-writes, one process), {FENCE_WRITES - 1} per round.  Fenced on "
+                   "S3: each chunk written conditionally on the version read under its lock; "
+                   "on SQLite: the fence record read in the write's transaction."), "",
+              "| data | locks | unfenced writes/s | fenced writes/s | fenced / unfenced |",
+              "|---|---|---:|---:|---:|"]
+    for data, kind in [("s3", "redis"), ("s3", "object"), ("sqlite", "redis")]:
+        plain, fence = median(writes[(data, kind, False)]), median(writes[(data, kind, True)])
+        lines.append(f"| {data} | {names[kind]} | {1 / plain:.1f} | {1 / fence:.1f} | "
+                     f"{plain / fence:.2f}x |")
+    lines += ["", (f"Wait for one lock: N spawned processes, each taking it {GRANTS} times "
+                   f"and holding it {HOLD * 1000:.0f} ms (all waits of all rounds).  Both are "
+                   "FIFO; the unfair redis-py lock of before is gone (not selectable), so the "
+                   "spread of a FIFO lock is set beside the ideal: (N - 1) holds of the others."),
+              "",
+              ("| synchronizer | processes | median wait ms | p95 ms | max ms | "
+               "ideal (N-1) x hold ms |"), "|---|---:|---:|---:|---:|---:|"]
+    for processes in CONTENDERS:
+        for kind in lock_kinds:
+            seen = sorted(waits[(kind, processes)])
+            p95 = seen[min(len(seen) - 1, int(0.95 * len(seen)))]
+            lines.append(f"| {names[kind]} | {processes} | {median(seen) * 1000:.0f} | "
+                         f"{p95 * 1000:.0f} | {seen[-1] * 1000:.0f} | "
+                         f"{(processes - 1) * HOLD * 1000:.0f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         worker_main(sys.argv[2:])
@@ -396,6 +572,11 @@ def main() -> None:
                         help="write the tables to docs/benchmarks.md")
     parser.add_argument("--smoke", action="store_true",
                         help="a few small stripes, one round: that it all still runs")
+    parser.add_argument("--part", choices=["classic", "fencing"], default="classic",
+                        help="classic: the tables above; fencing: locks and fenced writes on "
+                             "an S3 emulator, Redis against object-store locks (issue 25)")
+    parser.add_argument("--s3-endpoint", default=os.environ.get("ZSTORES_TEST_S3_ENDPOINT"),
+                        help="an S3 emulator for --part fencing ($ZSTORES_TEST_S3_ENDPOINT)")
     parser.add_argument("--require-peers", action="store_true",
                         help="fail (status 3) when zarr-python 2.18's environment is missing")
     args = parser.parse_args()
@@ -407,6 +588,19 @@ def main() -> None:
                       {**os.environ, "BENCH_SYNC_SMOKE": "1"})
         args.rounds = 1
         args.backends = args.backends[:1]  # the others run the same code
+    if args.part == "fencing":
+        load_before = load_average()
+        table = measure_fencing(args)
+        text = "\n\n".join([
+            "### Fenced writes and object-store locks (`scripts/bench_sync.py --part fencing`)",
+            (f"Load average (1 minute) {load_before:.1f} at the start, {load_average():.1f} at "
+             f"the end, on {os.cpu_count()} cores."), table])
+        print(text)
+        if args.record:
+            from bench_common import record_section
+
+            record_section(FENCE_BEGIN, FENCE_END, text)
+        return
     missing_peers({"zarr-python 2.18": Path(args.zarr2_python).exists()}, args.require_peers)
     load_before = load_average()
     locks = lock_table(measure_locks(args), args.rounds)

@@ -9,7 +9,9 @@ three spawned processes add 1 to overlapping regions of a zarr-python 3
 array in a bucket of the moto emulator, first unguarded (updates are lost),
 then through ``synchronized(array, RedisSynchronizer(...))`` (the sums are
 exact).  Spawned processes share nothing with each other but the bucket
-and the Redis server, as separate machines would.
+and the Redis server, as separate machines would.  Locks kept in the bucket
+itself (``ObjectStoreSynchronizer``, no Redis) are tested in
+tests/test_object_locks.py.
 """
 
 from __future__ import annotations

@@ -66,8 +66,8 @@ _LAZY = {
     "migrate_1to2": "migrate_v1",
     "N5Store": "stores.n5",
     **dict.fromkeys(["migrate_2to3", "plan_2to3"], "migrate_v3"),
-    **dict.fromkeys(["ProcessSynchronizer", "RedisSynchronizer", "SynchronizedArray",
-                     "ThreadSynchronizer", "synchronized"], "sync"),
+    **dict.fromkeys(["ObjectStoreSynchronizer", "ProcessSynchronizer", "RedisSynchronizer",
+                     "SynchronizedArray", "ThreadSynchronizer", "synchronized"], "sync"),
     **dict.fromkeys(["LRUStoreCache", "consolidate_metadata", "open_consolidated"], "wrappers"),
     **dict.fromkeys(["AzureStore", "GCSStore", "HTTPStore", "ObjectStore", "S3Store"],
                     "stores.objectstore"),
@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from .stores.n5 import N5Store
     from .stores.objectstore import AzureStore, GCSStore, HTTPStore, ObjectStore, S3Store
     from .sync import (
+        ObjectStoreSynchronizer,
         ProcessSynchronizer,
         RedisSynchronizer,
         SynchronizedArray,
@@ -127,6 +128,7 @@ __all__ = [
     "MongoDBStore",
     "NestedDirectoryStore",
     "ObjectStore",
+    "ObjectStoreSynchronizer",
     "ProcessSynchronizer",
     "ReadOnlyError",
     "RedisClusterStore",

@@ -9,6 +9,9 @@ right chunk locks around its writes.
 
 - ``locks.py``: ``ThreadSynchronizer``, ``ProcessSynchronizer`` (file locks),
   ``RedisSynchronizer`` (Redis leases), and their errors;
+- ``objects.py``: ``ObjectStoreSynchronizer`` (lease objects in S3, GCS,
+  Azure: no Redis) and the conditional writes of fenced object-store data;
+- ``fencing.py``: the fence records of fenced writes in transactional stores;
 - ``chunks.py``: the chunk grid and chunk keys, selections cut per chunk;
 - ``arrays.py``: ``synchronized`` and ``SynchronizedArray``.
 
@@ -35,6 +38,7 @@ _EXPORTS = {
     "LeaseExpiredError": "locks",
     "LockTimeoutError": "locks",
     "LockUnsupportedError": "locks",
+    "ObjectStoreSynchronizer": "objects",
     "ProcessSynchronizer": "locks",
     "RedisSynchronizer": "locks",
     "ThreadSynchronizer": "locks",
@@ -47,6 +51,7 @@ __all__ = [
     "LockOrderError",
     "LockTimeoutError",
     "LockUnsupportedError",
+    "ObjectStoreSynchronizer",
     "ProcessSynchronizer",
     "RedisSynchronizer",
     "StoreLockedError",
@@ -68,6 +73,7 @@ if TYPE_CHECKING:
         ThreadSynchronizer,
         lock_file_name,
     )
+    from .objects import ObjectStoreSynchronizer
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -22,6 +22,7 @@ their attributes), and imports zarr only to reopen a zarr-python 3 array.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import random
@@ -53,6 +54,7 @@ from .chunks import (
     split,
 )
 from .locks import Synchronizer, lock_name
+from .objects import conditional_store
 
 if TYPE_CHECKING:
     from ..base import Store
@@ -180,6 +182,8 @@ class _Zarr2:
 
         state = {**self._state, "store": Zarr2Store(tx), "chunk_store": None,
                  "read_only": False}
+        if getattr(tx, "fences_by_version", False):
+            state["write_empty_chunks"] = True  # no conditional delete: write them
         return self._cls(**state)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -243,8 +247,11 @@ class _Zarr3:
 
         array = self.array
         path = StorePath(ZarrStore(tx), array.store_path.path)
+        config = array.async_array.config
+        if getattr(tx, "fences_by_version", False):  # no conditional delete: write empty chunks
+            config = dataclasses.replace(config, write_empty_chunks=True)
         return zarr.Array(zarr.AsyncArray(metadata=array.metadata, store_path=path,
-                                          config=array.async_array.config))
+                                          config=config))
 
     def _reopen_args(self) -> tuple[Any, ...]:
         store_path = self.array.store_path
@@ -365,7 +372,10 @@ class SynchronizedArray:
         self._tx_store = (self._zarr.transactional_store()
                           if self._atomic or self._fenced else None)
         if self._fenced and self._tx_store is None:
-            raise _cannot_fence(self._zarr.chunk_store())
+            # No transactions: each chunk written conditionally on its version (object stores).
+            self._tx_store = conditional_store(_zstores_store(self._zarr.chunk_store()))
+            if self._tx_store is None or self._atomic:
+                raise _cannot_fence(self._zarr.chunk_store(), self._atomic)
 
     # ----------------------------------------------------------- properties
     @property
@@ -391,7 +401,8 @@ class SynchronizedArray:
     @property
     def transactional(self) -> bool:
         """Whether writes go through the store's transactions (``atomic`` and a store that can)."""
-        return self._tx_store is not None
+        return self._tx_store is not None and not getattr(self._tx_store, "fences_by_version",
+                                                          False)
 
     @property
     def layout(self) -> ChunkLayout:
@@ -629,10 +640,12 @@ class SynchronizedArray:
                 held.locks[name] = lock
                 taken.append(name)
                 held.chunks += not metadata
-                if self._fenced and not metadata and getattr(lock, "token", None) is not None:
-                    # Before anything is read under it: no earlier holder
-                    # can commit once its token is recorded.
-                    fencing.advance(self._tx_store, lock)  # type: ignore[arg-type]
+            if self._fenced and not metadata:
+                # Before anything is read under them: no earlier holder can
+                # commit once its token is recorded (one transaction for all).
+                fencing.advance(self._tx_store, *(  # type: ignore[arg-type]
+                    held.locks[name] for name in taken
+                    if getattr(held.locks[name], "token", None) is not None))
             yield
         except BaseException as error:
             # The error that stopped the block is the one to see; a lock that
@@ -715,17 +728,24 @@ def _restore(zarr: _Zarr2 | _Zarr3, synchronizer: Synchronizer, atomic: bool,
     return SynchronizedArray(zarr, synchronizer, atomic=atomic, retries=retries, fenced=fenced)
 
 
-def _cannot_fence(chunk_store: Any) -> UnsupportedOperationError:
+def _cannot_fence(chunk_store: Any, atomic: bool = False) -> UnsupportedOperationError:
     store = _zstores_store(chunk_store)
+    if store is not None and atomic:
+        return UnsupportedOperationError(
+            f"synchronized(..., fenced=True, atomic=True): {store!r} has no transactions, so a "
+            "write spanning chunks cannot land all at once; fenced writes there write each "
+            "chunk conditionally on its version: drop atomic=True")
     if store is None:
         what = (f"the zarr store {type(chunk_store).__name__} (not a zstores store: open the "
                 "array on zstores.zarr_store(...))")
     else:
-        what = f"{store!r}, which does not run transactions (store.supports_transactions)"
+        what = (f"{store!r}, which neither runs transactions nor writes conditionally "
+                "(store.supports_transactions, supports_compare_and_swap)")
     return UnsupportedOperationError(
         f"synchronized(..., fenced=True) checks fencing tokens inside the data store's "
-        f"transactions, and the array's chunks are in {what}; fenced writes need a store "
-        "with transactions (Memory, LMDB, SQLite, Redis)"
+        f"transactions, or writes each chunk conditionally on its version, and the array's "
+        f"chunks are in {what}; fenced writes need a store with transactions (Memory, LMDB, "
+        "SQLite, Redis) or conditional writes (S3, GCS, Azure)"
     )
 
 
@@ -775,7 +795,7 @@ def synchronized(array: Any, synchronizer: Synchronizer, *,
         A zarr-python 3 array (Zarr format 2 or 3, sharded or not) or a
         zarr-python 2.18 array.  A zarr-python 2 array's own ``synchronizer``
         is replaced by this one.
-    synchronizer : ThreadSynchronizer, ProcessSynchronizer, RedisSynchronizer
+    synchronizer : Thread-, Process-, Redis- or ObjectStoreSynchronizer
         Or anything with ``sync[key] -> lock`` (zarr-python 2's synchronizers).
     atomic : bool
         Hold the locks of every chunk a write touches before writing any, so
@@ -797,7 +817,11 @@ def synchronized(array: Any, synchronizer: Synchronizer, *,
         write and ``locked()`` block is then one transaction under the
         locks, and fence records are kept under ``.zstores/fence/``.  Locks
         without a lease (thread and file locks) need no fencing: with them
-        the writes are transactional and nothing else changes.
+        the writes are transactional and nothing else changes.  On an
+        object store (no transactions: S3, GCS, Azure) each chunk is instead
+        written conditionally on the version read under its lock, so a late
+        write never overwrites a later holder's (not with ``atomic=True``,
+        which needs transactions; see docs/parallel-writes.md).
 
     Returns
     -------

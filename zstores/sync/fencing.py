@@ -18,7 +18,9 @@ the latest holder that wrote there:
 
 So once a new holder has recorded its token, which it does before it reads
 anything, no write of an earlier holder can land.  Only stores with
-transactions (``store.supports_transactions``) can do this.
+transactions (``store.supports_transactions``) can do this.  Object stores
+fence by each chunk's own version instead (``objects.ConditionalWrites``,
+whose ``fences_by_version`` makes ``advance`` and ``read`` no-ops).
 """
 
 from __future__ import annotations
@@ -78,30 +80,35 @@ def _stale(lock: Any, name: str | None, token: int, store: object) -> LeaseExpir
     )
 
 
-def advance(store: Store, lock: Any) -> None:
-    """Record ``lock``'s token in its fence record, unless a newer one is there.
+def advance(store: Store, *locks: Any) -> None:
+    """Record each lock's token in its fence record, unless a newer one is there.
 
-    Called right after the lock is granted, before anything is read under it.
-    A record of another lock name (another synchronizer, or none of ours) is
-    replaced: tokens of different synchronizers cannot be compared.
+    Called right after the locks are granted, before anything is read under
+    them; the records of all the locks a write takes at once go in one
+    transaction.  A record of another lock name (another synchronizer, or
+    none of ours) is replaced: tokens of different synchronizers cannot be
+    compared.
 
     Raises
     ------
     LeaseExpiredError
-        If the record holds a larger token of the same lock: the lock was
-        granted again after this grant.
+        If a record holds a larger token of the same lock: the lock was
+        granted again after this grant (nothing is recorded).
     """
-    key = fence_key(lock.key)
+    if getattr(store, "fences_by_version", False) or not locks:
+        return  # each chunk's version read under the lock is its fence
     for attempt in range(1, _TRIES + 1):
         tx = store.transaction(bind_thread=False)
         try:
-            name, token = _parse(tx.get(key))
-            if name == lock.name and token > lock.token:
-                raise _stale(lock, name, token, store)
-            if name == lock.name and token == lock.token:
-                return  # recorded already (the lock's key was locked twice)
-            lock.check()
-            tx[key] = _record(lock)
+            for lock in locks:
+                key = fence_key(lock.key)
+                name, token = _parse(tx.get(key))
+                if name == lock.name and token > lock.token:
+                    raise _stale(lock, name, token, store)
+                if name == lock.name and token == lock.token:
+                    continue  # recorded already (the lock's key was locked twice)
+                lock.check()
+                tx[key] = _record(lock)
             tx.commit()
             return
         except TransactionConflictError:
@@ -122,6 +129,8 @@ def read(tx: Store, locks: Iterable[Any]) -> None:
     LeaseExpiredError
         If a record holds another token or lock: the lock was granted again.
     """
+    if getattr(tx, "fences_by_version", False):
+        return
     for lock in locks:
         name, token = _parse(tx.get(fence_key(lock.key)))
         if (name, token) != (lock.name, lock.token):
@@ -129,12 +138,25 @@ def read(tx: Store, locks: Iterable[Any]) -> None:
 
 
 def explain(conflict: TransactionConflictError, locks: Iterable[Any]) -> None:
-    """Raise ``LeaseExpiredError`` if ``conflict`` came from a fence record of ``locks``."""
+    """Raise ``LeaseExpiredError`` if ``conflict`` came from a lock of ``locks`` granted again.
+
+    That is: a fence record of theirs moved, or (object stores, whose fence
+    is each chunk's version) one of their leases is lost by now.
+    """
+    locks = list(locks)
     moved = [lock for lock in locks if fence_key(lock.key) in conflict.keys]
+    if not moved and hasattr(conflict, "landed"):
+        from .objects import lost_leases
+
+        moved = lost_leases(locks)
     if moved:
         names = ", ".join(repr(lock.name) for lock in moved[:3])
+        landed = getattr(conflict, "landed", ())
+        written = "nothing was written" if not landed else (
+            f"only the {len(landed)} keys before the refused one in key order were written "
+            f"({', '.join(map(repr, landed[:3]))}), each over the very version it had read")
         raise LeaseExpiredError(
             f"the lock {names} was granted to another writer while this one (token "
             f"{moved[0].token}) was writing: its lease had run out, so its commit was refused "
-            "and nothing was written"
+            f"and {written}"
         ) from conflict
