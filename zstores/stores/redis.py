@@ -16,6 +16,7 @@ from urllib.parse import quote
 from .._concurrency import ADAPTER_THREADS
 from ..base import Buffer, Mode, Store, Version
 from ..errors import (
+    ReplicationTimeoutError,
     StoreConnectionError,
     StoreFullError,
     StoreIOError,
@@ -316,6 +317,92 @@ def _groups_by_size(items: list[tuple[str, Buffer]], limit: int) -> list[list[tu
     return groups
 
 
+# ------------------------------------------------------------- durability
+#: The default of ``wait_timeout`` (seconds).
+DEFAULT_WAIT_TIMEOUT = 5.0
+
+# While a durable write (wait_replicas > 0) runs, the pools of the store's
+# clients hand out one pinned connection per server to it: WAIT counts the
+# replicas holding what *its own connection* wrote, so it must follow the
+# write's commands on that connection.  id(pool) -> (pool, connection).
+_PINNED: contextvars.ContextVar[dict[int, tuple[Any, Any]] | None] = contextvars.ContextVar(
+    "zstores_redis_pinned", default=None)
+
+
+@functools.cache
+def _pinning_pool_class() -> type:
+    """redis-py's ``ConnectionPool``, pinning one connection to a durable write in progress."""
+    redis = _import_redis()
+
+    class PinningConnectionPool(redis.ConnectionPool):  # type: ignore[misc, name-defined]
+        def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+            pinned = _PINNED.get()
+            if pinned is None:
+                return super().get_connection(*args, **kwargs)
+            entry = pinned.get(id(self))
+            if entry is None:
+                entry = pinned[id(self)] = (self, super().get_connection(*args, **kwargs))
+            return entry[1]
+
+        def release(self, connection: Any) -> None:
+            pinned = _PINNED.get()
+            entry = None if pinned is None else pinned.get(id(self))
+            if entry is None or entry[1] is not connection:
+                super().release(connection)
+
+    return PinningConnectionPool
+
+
+def _durable(method: Any) -> Any:
+    """Decorate a write primitive so that, with ``wait_replicas``, it returns once the
+    replicas confirmed it (Redis ``WAIT`` on each connection the write used).
+
+    A write nested in another durable one (``rename`` of a folder calling
+    ``setitems``) waits with the outer one.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: RedisStore, *args: Any, **kwargs: Any) -> Any:
+        if not self._wait_replicas or _PINNED.get() is not None:
+            return method(self, *args, **kwargs)
+        pinned: dict[int, tuple[Any, Any]] = {}
+        token = _PINNED.set(pinned)
+        try:
+            result = method(self, *args, **kwargs)
+        except BaseException:
+            _release_pinned(pinned)
+            raise
+        finally:
+            _PINNED.reset(token)
+        self._wait_for_replicas(pinned)
+        return result
+
+    return wrapper
+
+
+#: The options of RedisStore itself (the rest go to redis-py).
+_OWN_OPTIONS = ("connect_timeout", "prefix", "wait_replicas", "wait_timeout")
+
+
+def _check_wait(replicas: Any, timeout: Any) -> tuple[int, float]:
+    """``wait_replicas`` (an int >= 0) and ``wait_timeout`` (seconds above 0), checked."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise ValueError(f"invalid wait_replicas {replicas!r}: it must be an int >= 0 "
+                         "(the replicas each write waits for; 0: none)")
+    try:
+        seconds = check_connect_timeout(timeout)
+    except ValueError:
+        raise ValueError(f"invalid wait_timeout {timeout!r}: it must be a number of seconds "
+                         "above 0") from None
+    return replicas, seconds
+
+
+def _release_pinned(pinned: dict[int, tuple[Any, Any]]) -> None:
+    for pool, connection in pinned.values():
+        pool.release(connection)
+    pinned.clear()
+
+
 # ------------------------------------------------------------------- the store
 def typed_redis_error(error: BaseException, name: str, secrets: list[str]) -> Exception:
     """The zstores error a redis-py exception becomes, naming ``name``, no password shown.
@@ -408,6 +495,23 @@ class RedisStore(Store):
         ``StoreConnectionError``, when the server does not answer in time,
         refuses the connection or the credentials.  A URL option of
         ``open_store`` too (``redis://host/0?connect_timeout=2``).
+    wait_replicas : int
+        Replicas each write waits for (default 0: none).  Redis replicates
+        asynchronously: a write is acknowledged once the primary applied it,
+        and a primary that fails before its replicas received the write
+        loses it in the failover (its replica, promoted, never had it).
+        With ``wait_replicas=N`` every write (``set``, ``setitems``,
+        deletes, renames, the compare-and-swap primitives, transaction
+        commits) returns only once Redis' ``WAIT`` saw ``N`` replicas
+        confirm it, on every primary it touched; so an acknowledged write
+        survives the failure of its primary while one of those replicas
+        lives.  A URL option of ``open_store`` too (``?wait_replicas=1``).
+        Only with a URL, not a ready client.
+    wait_timeout : float
+        Seconds ``WAIT`` may take (default 5).  When fewer than
+        ``wait_replicas`` replicas confirmed in time the write raises
+        ``ReplicationTimeoutError`` (an ``OSError``, ``ETIMEDOUT``): it was
+        applied on the primary, but may not survive a failover.
     **client_kwargs
         Passed to ``redis.Redis.from_url`` (``socket_timeout``,
         ``ssl_ca_certs``, ``ssl_cert_reqs`` ...); only with a URL.  Unknown
@@ -468,6 +572,8 @@ class RedisStore(Store):
         prefix: str = "zarr",
         mode: Mode = "a",
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        wait_replicas: int = 0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
         **client_kwargs: Any,
     ) -> RedisStore:
         # A cluster URL or client makes a RedisClusterStore (the same
@@ -483,6 +589,8 @@ class RedisStore(Store):
         prefix: str = "zarr",
         mode: Mode = "a",
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        wait_replicas: int = 0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
         **client_kwargs: Any,
     ) -> None:
         super().__init__(mode=mode)
@@ -491,6 +599,7 @@ class RedisStore(Store):
             raise ValueError(
                 f"invalid prefix {prefix!r}: the prefix option must be a non-empty str")
         self._connect_timeout = check_connect_timeout(connect_timeout)
+        self._wait_replicas, self._wait_timeout = _check_wait(wait_replicas, wait_timeout)
         self._prefix = prefix
         self._base = prefix + ":"
         self._base_length = len(self._base.encode("utf-8"))
@@ -512,15 +621,17 @@ class RedisStore(Store):
                 # client for the URL and options, connected on first use.
                 self._owns_client = False
                 self._shared = _SharedClient.acquire(
-                    (type(self), url, repr(sorted(client_kwargs.items()))),
+                    (type(self), url, repr(sorted(client_kwargs.items())),
+                     self._wait_replicas > 0),
                     functools.partial(self._client_from_url, redis, url, client_kwargs))
                 self._committer = self._commit_client(redis)
                 return
             self._client_now = self._client_from_url(redis, url, client_kwargs)
         elif isinstance(url, self._client_class(redis)):
-            if client_kwargs:
+            if client_kwargs or self._wait_replicas:
+                options = sorted(client_kwargs) + (["wait_replicas"] if self._wait_replicas else [])
                 raise ValueError(
-                    f"client options {sorted(client_kwargs)} apply only when the store "
+                    f"client options {options} apply only when the store "
                     f"is built from a URL, not from a ready {type(url).__name__} client"
                 )
             self._owns_client = False
@@ -599,7 +710,7 @@ class RedisStore(Store):
     def _client_from_url(self, redis: Any, url: str, client_kwargs: dict[str, Any]) -> Any:
         """A client for ``url``, its options checked against what redis-py takes."""
         scheme = url.partition("://")[0].lower()
-        own = ("connect_timeout", "prefix")
+        own = _OWN_OPTIONS
         check_url_options(url, client_url_options(scheme), own, "redis-py", "RedisStore")
         known = _client_keywords(scheme)
         for name in client_kwargs:
@@ -610,10 +721,56 @@ class RedisStore(Store):
                 )
         # parse_url's ValueError: "Invalid value for 'db' in connection URL."
         return call_translating(
-            functools.partial(redis.Redis.from_url, url, **client_kwargs), ValueError,
+            functools.partial(self._plain_client, redis, url, client_kwargs), ValueError,
             lambda error: StoreURLError(
                 f"RedisStore cannot use {self._where}: {scrub(str(error), secrets_of(url))}"),
             lambda: secrets_of(url))
+
+    def _plain_client(self, redis: Any, url: str, client_kwargs: dict[str, Any]) -> Any:
+        """``redis.Redis.from_url(url, **client_kwargs)``; its pool pins connections
+        to durable writes when the store waits for replicas."""
+        if not self._wait_replicas:
+            return redis.Redis.from_url(url, **client_kwargs)
+        options = dict(client_kwargs)
+        single = options.pop("single_connection_client", False)
+        client = redis.Redis(connection_pool=_pinning_pool_class().from_url(url, **options),
+                             single_connection_client=single)
+        client.auto_close_connection_pool = True
+        return client
+
+    def _wait_for_replicas(self, pinned: dict[int, tuple[Any, Any]]) -> None:
+        """``WAIT wait_replicas wait_timeout`` on each connection a write used, then release them.
+
+        Raises
+        ------
+        ReplicationTimeoutError
+            If a server saw fewer replicas confirm the write in time.
+        """
+        redis = _import_redis()
+        short: list[str] = []
+        try:
+            for _, connection in pinned.values():
+                connection.send_command("WAIT", self._wait_replicas,
+                                        max(1, round(self._wait_timeout * 1000)))
+                try:
+                    confirmed = int(connection.read_response())
+                except redis.exceptions.ResponseError as error:
+                    # A replica's connection (the client asked it for the cluster's
+                    # layout) wrote nothing: nothing to wait for there.
+                    if "replica" in str(error).lower():
+                        continue
+                    raise
+                if confirmed < self._wait_replicas:
+                    where = f"{getattr(connection, 'host', '?')}:{getattr(connection, 'port', '?')}"
+                    short.append(f"{where}: {confirmed}")
+        finally:
+            _release_pinned(pinned)
+        if short:
+            raise ReplicationTimeoutError(
+                f"{self._store_name()}: the write was applied, but fewer replicas than "
+                f"wait_replicas={self._wait_replicas} confirmed it within wait_timeout="
+                f"{self._wait_timeout:g} s ({', '.join(short)}): a failover of that primary now "
+                "could lose it (writing the same values again is safe)")
 
     def _ping(self) -> None:
         """One PING within ``connect_timeout`` seconds, on a connection of its own.
@@ -718,10 +875,12 @@ class RedisStore(Store):
         return value
 
     @network_errors_as
+    @_durable
     def _set(self, key: str, value: Buffer) -> None:
         self._client.set(self._base + key, value)
 
     @network_errors_as
+    @_durable
     def _delete(self, key: str) -> None:
         if not self._client.delete(self._base + key):
             raise KeyError(key)
@@ -771,6 +930,7 @@ class RedisStore(Store):
         return {key: value for key, value in zip(keys, values, strict=True) if value is not None}
 
     @network_errors_as
+    @_durable
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
         if not items:
             return
@@ -784,11 +944,13 @@ class RedisStore(Store):
             pipe.execute()
 
     @network_errors_as
+    @_durable
     def _delete_many(self, keys: list[str]) -> None:
         if keys:
             self._client.delete(*[self._base + key for key in keys])
 
     @network_errors_as
+    @_durable
     def _rmdir(self, prefix: str) -> None:
         for page in self._pages(prefix):
             self._client.unlink(*page)
@@ -816,6 +978,7 @@ class RedisStore(Store):
         return total
 
     @network_errors_as
+    @_durable
     def _rename_key(self, src: str, dst: str) -> None:
         try:
             self._client.rename(self._base + src, self._base + dst)
@@ -825,6 +988,7 @@ class RedisStore(Store):
             raise
 
     @network_errors_as
+    @_durable
     def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
         keys = [self._decode(name) for page in self._pages(src_prefix) for name in page]
         # When the source lies inside the destination a target can be another
@@ -844,11 +1008,13 @@ class RedisStore(Store):
     # Sent once through the commit client (no retries): a retried SET NX whose
     # first attempt landed would answer False for the caller's own value.
     @network_errors_as
+    @_durable
     def _set_if_absent(self, key: str, value: Buffer) -> bool:
         name = self._base + key
         return bool(self._committer_for(name).set(name, value, nx=True))
 
     @network_errors_as
+    @_durable
     def _replace_if(self, key: str, expected: Buffer | Version, value: Buffer) -> bool:
         if isinstance(expected, Version):
             if expected.kind != self._version_kind:
@@ -861,6 +1027,7 @@ class RedisStore(Store):
 
     # ------------------------------------------------------------ transactions
     @network_errors_as
+    @_durable
     def _commit_changes(self, changes: ChangeSet) -> None:
         """Check the reads and apply the changes in one ``MULTI``/``EXEC``.
 
@@ -980,8 +1147,11 @@ class RedisStore(Store):
                 "whose credentials and options cannot be recovered; build the store from "
                 "a URL (RedisStore(url, prefix=..., **client_kwargs)) to pickle it"
             )
-        return {"url": self._url, "prefix": self._prefix,
-                "connect_timeout": self._connect_timeout, **self._client_kwargs}
+        params = {"url": self._url, "prefix": self._prefix,
+                  "connect_timeout": self._connect_timeout, **self._client_kwargs}
+        if self._wait_replicas:
+            params.update(wait_replicas=self._wait_replicas, wait_timeout=self._wait_timeout)
+        return params
 
 
 # ------------------------------------------------------------- Redis Cluster
@@ -1034,6 +1204,8 @@ class RedisClusterStore(RedisStore):
         prefix: str = "zarr",
         mode: Mode = "a",
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        wait_replicas: int = 0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
         **client_kwargs: Any,
     ) -> None:
         if isinstance(prefix, str):
@@ -1045,7 +1217,7 @@ class RedisClusterStore(RedisStore):
         self._probed = False
         self._layout_stale = False
         super().__init__(url, prefix=prefix, mode=mode, connect_timeout=connect_timeout,
-                         **client_kwargs)
+                         wait_replicas=wait_replicas, wait_timeout=wait_timeout, **client_kwargs)
 
     # ------------------------------------------------------------- opening
     def _client_class(self, redis: Any) -> type:
@@ -1066,7 +1238,7 @@ class RedisClusterStore(RedisStore):
         """
         nodes = redis_cluster.split_cluster_url(url)
         scheme = nodes[0][0].partition("://")[0]
-        own = ("connect_timeout", "prefix")
+        own = _OWN_OPTIONS
         known = client_url_options(scheme) - {"db", "single_connection_client"}
         check_url_options(url, known, own, "redis-py", "RedisStore")
         cluster_options = _init_parameters(redis.RedisCluster) - {
@@ -1080,6 +1252,8 @@ class RedisClusterStore(RedisStore):
                     f"{', '.join(sorted(known | cluster_options))} (redis-py)")
         self._probe_seeds(redis, nodes, client_kwargs)
         seeds = [redis.cluster.ClusterNode(host, port) for _, host, port in nodes[1:]]
+        if self._wait_replicas:  # each node's pool pins connections to durable writes
+            client_kwargs = {**client_kwargs, "connection_pool_class": _pinning_pool_class()}
         make = functools.partial(redis.RedisCluster.from_url, nodes[0][0], startup_nodes=seeds,
                                  **client_kwargs)
         return call_translating(make, (redis.exceptions.RedisError,
@@ -1224,6 +1398,7 @@ class RedisClusterStore(RedisStore):
         return {key: value for key, value in zip(keys, values, strict=True) if value is not None}
 
     @network_errors_as
+    @_durable
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
         if not items:
             return
@@ -1241,18 +1416,21 @@ class RedisClusterStore(RedisStore):
             self._client.mset_nonatomic({self._base + key: value for key, value in group})
 
     @network_errors_as
+    @_durable
     def _delete_many(self, keys: list[str]) -> None:
         if keys:
             self._refresh_layout_if_stale()
             self._client.delete(*[self._base + key for key in keys])  # split by slot
 
     @network_errors_as
+    @_durable
     def _rmdir(self, prefix: str) -> None:
         for page in self._pages(prefix):
             self._client.unlink(*page)  # redis-py splits it by slot
 
     # ------------------------------------------------------------ renames
     @network_errors_as
+    @_durable
     def _rename_key(self, src: str, dst: str) -> None:
         source, target = self._base + src, self._base + dst
         if self._client.keyslot(source) == self._client.keyslot(target):
@@ -1266,6 +1444,7 @@ class RedisClusterStore(RedisStore):
         self._client.delete(source)
 
     @network_errors_as
+    @_durable
     def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
         if self._tag is not None:  # one slot: one MULTI/EXEC of RENAMEs, as on one server
             super()._rename_prefix(src_prefix, dst_prefix)
