@@ -5,6 +5,7 @@ suite through the adapter, zarr 3 arrays, and the refusals at open."""
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import pickle
 import threading
@@ -589,3 +590,111 @@ def test_dask_tasks_hold_connections_per_worker_thread_not_per_task(private_redi
     print(f"400 tasks on {workers} workers x {threads} threads: {peak} connections at most")
     assert peak <= bound, (peak, names)
     store.close()
+
+
+# ----------------------------------------------------------------- locks on the cluster
+def _add_under_locks(url: str, prefix: str, sync, rounds: int, fenced: bool) -> int:
+    """A writer process: ``rounds`` read-modify-writes of one region under ``sync``'s locks."""
+    import zarr
+
+    from zstores import synchronized
+    from zstores.adapters import zarr_store
+
+    store = RedisStore(url, prefix=prefix)
+    array = zarr.open_array(zarr_store(store), path="data", mode="r+")
+    proxy = synchronized(array, sync, fenced=fenced)
+    for _ in range(rounds):
+        with proxy.locked(slice(2, 12)):
+            proxy[2:12] = proxy[2:12] + 1
+    store.close()
+    return rounds
+
+
+def _cluster_array(url: str, prefix: str):
+    zarr = pytest.importorskip("zarr")
+    from zstores.adapters import zarr_store
+
+    store = RedisStore(url, prefix=prefix, mode="w")
+    zarr.create_array(zarr_store(store), name="data", shape=(20,), chunks=(3,), dtype="i4",
+                      fill_value=0)
+    return store
+
+
+@pytest.mark.parametrize("fenced", [False, True], ids=["locked", "fenced"])
+def test_synchronizer_on_the_cluster_counts_exactly_across_processes(cluster_url, fenced):
+    """3 spawned processes x 10 read-modify-writes of overlapping chunks, locked by a
+    RedisSynchronizer on the cluster (locks spread over the primaries), data in a
+    hash-tagged cluster store (fence records in the chunks' slot): exactly 30 each."""
+    from zstores import RedisSynchronizer
+    from zstores.sync.fencing import FENCE_PREFIX
+
+    prefix = "{zc-sync-%s}" % ("fenced" if fenced else "locked")
+    store = _cluster_array(cluster_url, prefix)
+    sync = RedisSynchronizer(cluster_url, prefix=f"zc-locks-{fenced}:", lease=30, timeout=120)
+    context = multiprocessing.get_context("spawn")
+    try:
+        with context.Pool(3) as pool:
+            done = pool.starmap_async(_add_under_locks,
+                                      [(cluster_url, prefix, sync, 10, fenced)] * 3).get(300)
+        assert sum(done) == 30
+        import zarr
+
+        from zstores.adapters import zarr_store
+
+        array = zarr.open_array(zarr_store(store), path="data", mode="r")
+        assert array[:].tolist() == [0, 0] + [30] * 10 + [0] * 8
+        fences = [key for key in store.list_prefix(FENCE_PREFIX)]
+        assert bool(fences) is fenced
+        # The chunks' locks: each one's keys in one slot, the locks on several primaries.
+        with closing(raw_client(cluster_url)) as client:
+            names = [sync.lock_name(f"data/c/{i}") for i in range(7)]
+            nodes = {client.get_node_from_key(name).name for name in names}
+            for name in names:
+                base = name[:-len("//lock")]
+                assert len({client.keyslot(base + suffix) for suffix in
+                            ("//lock", "//queue", "//waiting", "//tokens")}) == 1
+        assert len(nodes) > 1
+    finally:
+        store.clear()
+        store.close()
+
+
+def test_synchronizer_on_the_cluster_tokens_grow_and_its_refusals(cluster_url):
+    from zstores import RedisSynchronizer, synchronized
+
+    sync = RedisSynchronizer(cluster_url, prefix="zc-tokens:", lease=30, timeout=30)
+    tokens = []
+    for _ in range(3):
+        with sync["data/c/0"] as lock:
+            tokens.append(lock.token)
+    assert tokens == sorted(tokens) and len(set(tokens)) == 3
+    assert pickle.loads(pickle.dumps(sync)).lock_name("x") == sync.lock_name("x")
+    tagged = RedisSynchronizer(cluster_url, prefix="{zc-one}:")
+    assert tagged.lock_name("data/c/0") == "{zc-one}:data/c/0//lock"
+    with tagged["a"] as first, tagged["b"] as second:  # one counter for the whole prefix
+        assert first.token != second.token
+    with closing(raw_client(cluster_url)) as client:  # a ready RedisCluster client
+        given = RedisSynchronizer(client, prefix="zc-given:")
+        with given["k"] as lock:
+            assert lock.token
+        with pytest.raises(TypeError, match="ready client"):
+            pickle.dumps(given)
+    node_url = split_cluster_url(cluster_url)[0][0]
+    with pytest.raises(StoreURLError, match=r"cluster_enabled:1.*redis\+cluster://"):
+        with RedisSynchronizer(node_url)["k"]:
+            pass
+    # Fenced writes need the fence record and the chunk in one slot: a spread store has
+    # no transactions, and fenced=True is refused at once, naming it.
+    store = _cluster_array(cluster_url, "zc-spread-fence")
+    try:
+        zarr = pytest.importorskip("zarr")
+        from zstores.adapters import zarr_store
+
+        array = zarr.open_array(zarr_store(store), path="data", mode="r+")
+        with pytest.raises(UnsupportedOperationError, match="RedisClusterStore"):
+            synchronized(array, sync, fenced=True)
+        synchronized(array, sync)[0:3] = 1  # unfenced locking works on any placement
+        assert array[0:4].tolist() == [1, 1, 1, 0]
+    finally:
+        store.clear()
+        store.close()

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ..transactions import ChangeSet
 
 __all__ = ["RedisClusterStore", "RedisStore", "client_url_options", "glob_escape",
-           "typed_redis_error"]
+           "server_of", "typed_redis_error"]
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -401,6 +401,17 @@ def _release_pinned(pinned: dict[int, tuple[Any, Any]]) -> None:
     for pool, connection in pinned.values():
         pool.release(connection)
     pinned.clear()
+
+
+def server_of(client: Any) -> tuple[Any, ...]:
+    """Where a redis-py client's keys live, comparable between clients: ``(host and port
+    or socket, db)`` for one server, ``("redis-cluster", primaries sorted)`` for a cluster."""
+    if hasattr(client, "nodes_manager"):
+        return ("redis-cluster", tuple(sorted((node.host, node.port)
+                                              for node in client.get_primaries())))
+    options = client.connection_pool.connection_kwargs
+    return (options.get("path") or (options.get("host"), options.get("port")),
+            options.get("db", 0))
 
 
 # ------------------------------------------------------------------- the store
@@ -1127,6 +1138,11 @@ class RedisStore(Store):
     def client(self) -> Any:
         """The ``redis.Redis`` client the store talks through."""
         return self._client
+
+    def server(self) -> tuple[Any, ...]:
+        """Where the store's keys live (``server_of`` its client), as
+        ``RedisSynchronizer.server()`` says it for its locks."""
+        return server_of(self._client)
 
     def _location(self) -> Any:
         options = self._connection_kwargs()
