@@ -147,6 +147,11 @@ def test_open_store_url_makes_a_cluster_store(cluster_url):
         store.clear()
     with open_store(url_with_prefix(cluster_url, "{zc-url}"), mode="w") as store:
         assert store.supports_transactions is True
+    # A plain scheme with cluster=true is the same store (for tools refusing '+' in a scheme).
+    plain = cluster_url.replace("redis+cluster://", "redis://") + "?prefix=zc-url&cluster=true"
+    with open_store(plain) as store, open_store(url_with_prefix(cluster_url, "zc-url")) as same:
+        assert type(store) is RedisClusterStore and store == same
+        assert pickle.loads(pickle.dumps(store)) == same
 
 
 def test_spread_keys_reach_every_primary_and_every_listing_sees_them(store, cluster_url):
@@ -698,3 +703,90 @@ def test_synchronizer_on_the_cluster_tokens_grow_and_its_refusals(cluster_url):
     finally:
         store.clear()
         store.close()
+
+
+# ----------------------------------------------------------------- URL strings, zfuse
+@pytest.fixture
+def fsspec_cluster_scheme():
+    """fsspec finds redis+cluster:// through zstores' entry point.  An environment installed
+    before the entry point was added (pip install -e again refreshes it) gets it
+    registered here, from the same table (PROTOCOLS) pyproject.toml lists."""
+    import importlib.metadata
+
+    import fsspec
+
+    from zstores.adapters.fsspec import PROTOCOLS, StoreFileSystem
+
+    assert "redis+cluster" in PROTOCOLS and "rediss+cluster" in PROTOCOLS
+    pyproject = Path(__file__).parents[1] / "pyproject.toml"
+    assert '"redis+cluster" = "zstores.adapters.fsspec:StoreFileSystem"' in pyproject.read_text()
+    installed = {entry.name for entry in importlib.metadata.entry_points(group="fsspec.specs")}
+    if "redis+cluster" not in installed:
+        fsspec.register_implementation("redis+cluster", StoreFileSystem, clobber=True)
+    assert fsspec.get_filesystem_class("redis+cluster") is StoreFileSystem
+    yield
+    from zstores.adapters.fsspec import close_shared_stores
+
+    close_shared_stores()
+
+
+def test_zarr_and_xarray_url_strings_on_the_cluster(cluster_url, fsspec_cluster_scheme,
+                                                    tmp_path, monkeypatch):
+    """zarr takes redis+cluster:// strings; xarray takes no '+' in a scheme (it makes such a
+    string a local path, silently), so it gets redis://...&cluster=true, the same store."""
+    zarr = pytest.importorskip("zarr")
+    xarray = pytest.importorskip("xarray")
+    from zstores.adapters.fsspec import close_shared_stores
+
+    monkeypatch.chdir(tmp_path)  # a string taken for a local path would land here
+    url = url_with_prefix(cluster_url, "zc-strings")
+    plain = url.replace("redis+cluster://", "redis://") + "&cluster=true"
+    try:
+        array = zarr.create_array(url, name="a", shape=(50, 40), chunks=(10, 10), dtype="i4",
+                                  zarr_format=3, overwrite=True)
+        array[:] = np.arange(2000, dtype="i4").reshape(50, 40)
+        dataset = xarray.Dataset({"t": (("x", "y"), np.arange(12.0).reshape(3, 4))},
+                                 coords={"x": [10, 20, 30]})
+        dataset.to_zarr(plain, group="ds", mode="w", consolidated=False)
+        close_shared_stores()
+        again = zarr.open_array(url, path="a", mode="r")
+        np.testing.assert_array_equal(again[:], np.arange(2000, dtype="i4").reshape(50, 40))
+        xarray.testing.assert_identical(
+            xarray.open_zarr(plain, group="ds", consolidated=False).load(), dataset)
+        assert not os.listdir(tmp_path)
+        close_shared_stores()
+        with open_store(url, mode="r") as store:  # the bytes went to the cluster
+            assert type(store) is RedisClusterStore
+            assert "a/zarr.json" in store and "ds/t/zarr.json" in store
+            assert len(store.listdir("a/c")) == 5
+    finally:
+        delete_prefix(cluster_url, "zc-strings")
+
+
+def test_zfuse_mount_of_a_cluster_store(cluster_url, tmp_path):
+    from fuse_helpers import require_fuse, run_zfuse, zfuse_mounts
+
+    require_fuse()
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    url = url_with_prefix(cluster_url, "zc-fuse")
+    with open_store(url, mode="w") as store:
+        store.setitems({f"g/a/{i}": b"%d" % i for i in range(30)} | {"g/.zgroup": b"{}"})
+    mounted = run_zfuse("mount", url, str(mountpoint))
+    assert mounted.returncode == 0, mounted.stderr
+    try:
+        folder = mountpoint / "g" / "a"
+        assert sorted(os.listdir(folder), key=int) == [str(i) for i in range(30)]
+        assert (folder / "17").read_bytes() == b"17"
+        (mountpoint / "g" / "new").write_bytes(b"from the mount")
+        (folder / "3").unlink()
+    finally:
+        done = run_zfuse("unmount", str(mountpoint))
+        assert done.returncode == 0, done.stderr
+    assert str(mountpoint) not in zfuse_mounts()
+    try:
+        with open_store(url, mode="r") as store:
+            assert store["g/new"] == b"from the mount"
+            assert "g/a/3" not in store and len(store) == 31
+    finally:
+        delete_prefix(cluster_url, "zc-fuse")

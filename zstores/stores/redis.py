@@ -381,7 +381,7 @@ def _durable(method: Any) -> Any:
 
 
 #: The options of RedisStore itself (the rest go to redis-py).
-_OWN_OPTIONS = ("connect_timeout", "prefix", "wait_replicas", "wait_timeout")
+_OWN_OPTIONS = ("cluster", "connect_timeout", "prefix", "wait_replicas", "wait_timeout")
 
 
 def _check_wait(replicas: Any, timeout: Any) -> tuple[int, float]:
@@ -518,6 +518,12 @@ class RedisStore(Store):
         survives the failure of its primary while one of those replicas
         lives.  A URL option of ``open_store`` too (``?wait_replicas=1``).
         Only with a URL, not a ready client.
+    cluster : bool
+        True: the URL's ``redis://`` or ``rediss://`` servers are nodes of
+        a Redis Cluster, as with a ``redis+cluster://`` URL
+        (``redis://host:port,host:port/?prefix=x&cluster=true``): for tools
+        that take no ``+`` in a scheme (xarray treats such a string as a
+        local path).
     wait_timeout : float
         Seconds ``WAIT`` may take (default 5).  When fewer than
         ``wait_replicas`` replicas confirmed in time the write raises
@@ -585,11 +591,12 @@ class RedisStore(Store):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         wait_replicas: int = 0,
         wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+        cluster: bool = False,
         **client_kwargs: Any,
     ) -> RedisStore:
         # A cluster URL or client makes a RedisClusterStore (the same
         # parameters as __init__'s, so open_store reads the options off either).
-        if cls is RedisStore and _names_cluster(url):
+        if cls is RedisStore and (cluster or _names_cluster(url)):
             cls = RedisClusterStore
         return super().__new__(cls)
 
@@ -602,6 +609,7 @@ class RedisStore(Store):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         wait_replicas: int = 0,
         wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+        cluster: bool = False,
         **client_kwargs: Any,
     ) -> None:
         super().__init__(mode=mode)
@@ -1222,12 +1230,15 @@ class RedisClusterStore(RedisStore):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         wait_replicas: int = 0,
         wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+        cluster: bool = False,
         **client_kwargs: Any,
     ) -> None:
         if isinstance(prefix, str):
             self._tag = redis_cluster.store_hash_tag(prefix)
             # Only a store whose keys share one slot can commit them together.
             self.supports_transactions = self._tag is not None
+        if cluster and isinstance(url, str):
+            url = redis_cluster.as_cluster_url(url)
         self._committers: dict[tuple[str, int], Any] = {}
         self._committers_lock = threading.Lock()
         self._probed = False
