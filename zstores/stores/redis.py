@@ -6,11 +6,10 @@ import contextvars
 import errno
 import functools
 import inspect
-import os
 import re
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from .._concurrency import ADAPTER_THREADS
@@ -28,11 +27,14 @@ from ..secrets import redact_url, scrub, secrets_of
 from . import redis_cluster
 from ._network import (
     DEFAULT_CONNECT_TIMEOUT,
+    SharedClient,
     backend_error,
     call_translating,
     check_connect_timeout,
     check_url_options,
     network_errors_as,
+    reopen_unpickled,
+    unpickling,
 )
 
 if TYPE_CHECKING:
@@ -221,75 +223,9 @@ def _close_client(client: Any) -> None:
                 node.redis_connection.connection_pool.disconnect()
 
 
-# True while _unpickle builds a store: it then shares its client (_SharedClient).
-_UNPICKLING: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "zstores_redis_unpickling", default=False)
-
-
 def _unpickle(cls: type[RedisStore], params: dict[str, Any], mode: str) -> RedisStore:
     """A pickled store reopened: no connection now, one client per URL and options."""
-    token = _UNPICKLING.set(True)
-    try:
-        return cls(**params, mode=mode)  # type: ignore[arg-type]
-    finally:
-        _UNPICKLING.reset(token)
-
-
-class _SharedClient:
-    """One client (one connection pool) per URL and options for the stores
-    unpickled in a process: a dask worker unpickling a store per task opens
-    one pool, not one per task, and a scheduler that only moves the tasks
-    opens none (the client is made on first use).  Counted: the last store
-    closed closes it.  Entries are forgotten in a forked child, whose copies
-    of the parent's sockets must not be shared.
-    """
-
-    _entries: ClassVar[dict[Any, _SharedClient]] = {}
-    _lock = threading.Lock()
-
-    def __init__(self, key: Any, make: Any) -> None:
-        self._key, self._make = key, make
-        self._client: Any = None
-        self._users = 0
-        self._making = threading.Lock()
-
-    @classmethod
-    def acquire(cls, key: Any, make: Any) -> _SharedClient:
-        with cls._lock:
-            entry = cls._entries.get(key)
-            if entry is None:
-                entry = cls._entries[key] = cls(key, make)
-            entry._users += 1
-            return entry
-
-    def client(self) -> Any:
-        client = self._client
-        if client is None:
-            with self._making:
-                if self._client is None:
-                    self._client = self._make()
-                client = self._client
-        return client
-
-    def release(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users > 0:
-                return
-            if self._entries.get(self._key) is self:
-                del self._entries[self._key]
-        if self._client is not None:
-            _close_client(self._client)
-            self._client = None
-
-    @classmethod
-    def after_fork(cls) -> None:
-        cls._entries = {}
-        cls._lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_SharedClient.after_fork)
+    return reopen_unpickled(cls, params, mode)  # type: ignore[no-any-return]
 
 
 def _names_cluster(url: Any) -> bool:
@@ -629,20 +565,21 @@ class RedisStore(Store):
         self._response_errors = redis.exceptions.ResponseError
         self._url: str | None = None
         self._client_now: Any = None  # see the _client property
-        self._shared: _SharedClient | None = None
+        self._shared: SharedClient | None = None
         self._committer: Any = None  # the client commits use (_commit_client)
         if isinstance(url, str):
             self._url = url
             self._owns_client = True
             self._where = redact_url(url)
-            if _UNPICKLING.get():
+            if unpickling():
                 # Checked when the original store opened: share this process's
                 # client for the URL and options, connected on first use.
                 self._owns_client = False
-                self._shared = _SharedClient.acquire(
+                self._shared = SharedClient.acquire(
                     (type(self), url, repr(sorted(client_kwargs.items())),
                      self._wait_replicas > 0),
-                    functools.partial(self._client_from_url, redis, url, client_kwargs))
+                    functools.partial(self._client_from_url, redis, url, client_kwargs),
+                    _close_client)
                 self._committer = self._commit_client(redis)
                 return
             self._client_now = self._client_from_url(redis, url, client_kwargs)
@@ -679,7 +616,7 @@ class RedisStore(Store):
     @property
     def _client(self) -> Any:
         """The redis-py client; a store unpickled in this process gets the shared one
-        (``_SharedClient``) on first use."""
+        (``SharedClient``) on first use."""
         client = self._client_now
         if client is None and self._shared is not None:
             client = self._client_now = self._shared.client()
