@@ -350,6 +350,26 @@ def server_of(client: Any) -> tuple[Any, ...]:
             options.get("db", 0))
 
 
+# redis-py's annotation of an error inside a pipeline: the command with every
+# argument (values shown as "<memory at 0x...>", or whole).
+_PIPELINE_NOTE = re.compile(r"^Command # (\d+) \((\S+)[^)]*\) of pipeline caused error: ",
+                            re.DOTALL)
+
+
+def _drop_pipeline_arguments(error: BaseException) -> None:
+    """Keep only the command's name in redis-py's note on a pipeline's failed command.
+
+    The note lists the command's arguments: values (a buffer shows as
+    ``<memory at 0x...>``, bytes whole) that mean nothing in a message and
+    may be large.  The exception's text is changed in place, as redis-py
+    wrote it, so its traceback shows no value either.
+    """
+    if error.args and isinstance(error.args[0], str):
+        text = _PIPELINE_NOTE.sub(r"command #\1 (\2) of a pipeline: ", error.args[0], count=1)
+        if text != error.args[0]:
+            error.args = (text, *error.args[1:])
+
+
 # ------------------------------------------------------------------- the store
 def typed_redis_error(error: BaseException, name: str, secrets: list[str]) -> Exception:
     """The zstores error a redis-py exception becomes, naming ``name``, no password shown.
@@ -380,6 +400,7 @@ def typed_redis_error(error: BaseException, name: str, secrets: list[str]) -> Ex
     '[Errno 28] RedisStore redis://h/0: the server is out of memory (maxmemory reached): ...'
     """
     exceptions = _import_redis().exceptions
+    _drop_pipeline_arguments(error)
     if isinstance(error, exceptions.AuthenticationError):
         return backend_error(StoreConnectionError, name,
                              "the server refused the credentials", secrets, error)
