@@ -144,6 +144,8 @@ def table(figures: dict[tuple[str, str, int], list[tuple[float, float]]],
         return statistics.median(c for _, c in figures[kind, op, 1]) * 1e6
 
     lines = [
+        "## Redis Cluster against one Redis server (scripts/bench_cluster.py)",
+        "",
         (f"{len(counts)} process counts x {len(OPS)} operations, {rounds} round(s) of "
         f"{seconds:g} s per figure, medians; load average {load_average():.1f} at the end, "
         f"{os.cpu_count()} cores shared by the clients and every server.  Values "
@@ -169,6 +171,18 @@ def table(figures: dict[tuple[str, str, int], list[tuple[float, float]]],
     for op in OPS:
         lines.append(f"| {op} | {cpu('server', op):.0f} | {cpu('cluster', op):.0f} | "
                      f"{rate('cluster', op, 1) / rate('server', op, 1):.2f}x |")
+    lines += [
+        "",
+        (f"redis-py alone (`raw get`): its `RedisCluster` spends {cpu('cluster', 'raw get'):.0f} "
+        f"µs of client CPU per GET against {cpu('server', 'raw get'):.0f} µs for `Redis` "
+        "(per command it determines the slot twice and records metrics).  zstores sends a "
+        "single-key command straight to the primary's own client from the cluster client's "
+        f"slot map, so its `get` costs {cpu('cluster', 'get'):.0f} µs on the cluster against "
+        f"{cpu('server', 'get'):.0f} µs on one server; batches (`getitems`) go through "
+        "redis-py's `mget_nonatomic` (one pipeline per primary).  Throughput on this "
+        "machine is mostly the servers' share of the cores: one client process keeps one "
+        "server busy, but three servers compete with it and with each other for two cores."),
+    ]
     return "\n".join(lines)
 
 

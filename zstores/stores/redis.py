@@ -1452,8 +1452,57 @@ class RedisClusterStore(RedisStore):
         if not keys:
             return {}
         self._refresh_layout_if_stale()
-        values = self._client.mget_nonatomic([self._base + key for key in keys])
+        names = [self._base + key for key in keys]
+        values = self._mget_by_primary(names)
+        if values is None:  # the slot map may be wrong: redis-py's full route
+            values = self._client.mget_nonatomic(names)
         return {key: value for key, value in zip(keys, values, strict=True) if value is not None}
+
+    def _mget_by_primary(self, names: list[str]) -> list[Any] | None:
+        """The values of ``names`` (None where missing): one ``MGET`` per slot, all of
+        a primary's sent at once on one of its connections, every primary's sent
+        before any answer is read.  None if the slot map turns out wrong or a
+        primary fails (nothing is changed by a read: the caller asks again).
+
+        redis-py's ``mget_nonatomic`` does the same through its cluster pipeline,
+        which spends about three times the client CPU (1.8 ms for 100 keys here)
+        resolving each command's routing policy.
+        """
+        client = self._client
+        slots_cache = client.nodes_manager.slots_cache
+        by_primary: dict[str, tuple[Any, dict[int, list[int]]]] = {}
+        for index, name in enumerate(names):
+            slot = client.keyslot(name)
+            nodes = slots_cache.get(slot)
+            if not nodes or nodes[0].redis_connection is None:
+                return None
+            entry = by_primary.get(nodes[0].name)
+            if entry is None:
+                entry = by_primary[nodes[0].name] = (nodes[0].redis_connection, {})
+            entry[1].setdefault(slot, []).append(index)
+        values: list[Any] = [None] * len(names)
+        sent: list[tuple[Any, Any, list[list[int]]]] = []
+        failed = False
+        try:
+            for node, slots in by_primary.values():
+                pool = node.connection_pool
+                connection = pool.get_connection()
+                groups = list(slots.values())
+                sent.append((pool, connection, groups))
+                connection.send_packed_command(connection.pack_commands(
+                    [("MGET", *[names[index] for index in group]) for group in groups]))
+            for _, connection, groups in sent:
+                for group in groups:
+                    for index, value in zip(group, connection.read_response(), strict=True):
+                        values[index] = value
+        except (*self._rerouted, self._response_errors):
+            failed = True
+        finally:
+            for pool, connection, _ in sent:
+                if failed:  # answers may be left unread on it
+                    connection.disconnect()
+                pool.release(connection)
+        return None if failed else values
 
     @network_errors_as
     @_durable
