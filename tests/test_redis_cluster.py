@@ -235,6 +235,39 @@ def test_large_setitems_in_one_slot_is_one_transaction(cluster_url):
             store.clear()
 
 
+def _misroute(store, keys) -> None:
+    """Point the store's client's slot map, for the slots of ``keys``, at a wrong primary
+    (what the map holds after slots moved, until a MOVED answer corrects it)."""
+    client = store.client
+    cache = client.nodes_manager.slots_cache
+    primaries = client.get_primaries()
+    for key in keys:
+        slot = client.keyslot(f"{store.prefix}:{key}")
+        owner = cache[slot][0]
+        cache[slot] = [next(node for node in primaries if node.name != owner.name)]
+
+
+def test_a_wrong_slot_map_is_corrected_not_trusted(cluster_url):
+    """Single-key commands and getitems go straight to the primary the client's slot map
+    names; where the map is wrong the server answers MOVED and the call takes redis-py's
+    full route, which follows it: the right values, written where they belong."""
+    values = {f"k{i}": b"%d" % i for i in range(30)}
+    with RedisStore(cluster_url, prefix="zc-moved", mode="w") as store:
+        store.setitems(values)
+        _misroute(store, values)
+        assert store.getitems(list(values)) == values
+        _misroute(store, values)
+        assert store["k3"] == b"3" and "k4" in store and store.get_range("k12", 1) == b"2"
+        _misroute(store, values)
+        store["k5"] = b"new"
+        del store["k6"]
+        assert store.getsize("k7") == 1
+        with closing(raw_client(cluster_url)) as client:
+            assert client.get("zc-moved:k5") == b"new" and client.get("zc-moved:k6") is None
+        assert len(store) == 29
+        store.clear()
+
+
 # ----------------------------------------------------------------- opening
 def test_plain_url_on_a_cluster_node_is_refused_in_one_line(cluster_url):
     node_url = split_cluster_url(cluster_url)[0][0]
