@@ -134,6 +134,47 @@ def _clear(url: str, prefix: str) -> None:
         store.clear()
 
 
+# ------------------------------------------------------------------ turns
+def turns(urls: dict[str, str], rounds: int, calls: int = 2000) -> str:
+    """Plain ``redis.Redis`` clients, no routing at all: SETs to one server, to one cluster
+    primary, and to the three primaries in turn (what a spread prefix does)."""
+    import redis
+
+    from zstores.stores.redis_cluster import split_cluster_url
+
+    nodes = split_cluster_url(urls["cluster"])
+    cluster = redis.RedisCluster.from_url(nodes[0][0])
+    targets: list[tuple[Any, str]] = []
+    for primary in cluster.get_primaries():
+        name = next(f"bench_turns:{{t{i}}}" for i in range(10_000)
+                    if cluster.get_node_from_key(f"bench_turns:{{t{i}}}").name == primary.name)
+        targets.append((redis.Redis(host=primary.host, port=primary.port), name))
+    single = redis.Redis.from_url(urls["server"])
+    value = os.urandom(VALUE)
+    ways = {"one server": [(single, targets[0][1])], "one cluster primary": targets[:1],
+            "3 cluster primaries in turn": targets}
+    rates: dict[str, list[float]] = {way: [] for way in ways}
+    for _ in range(rounds):
+        for way, clients in ways.items():
+            start = time.perf_counter()
+            for i in range(calls):
+                client, name = clients[i % len(clients)]
+                client.set(name, value)
+            rates[way].append(calls / (time.perf_counter() - start))
+    for client, name in [*targets, (single, targets[0][1])]:
+        client.delete(name)
+        client.close()
+    cluster.close()
+    base = statistics.median(rates["one server"])
+    lines = [(f"Plain `redis.Redis` clients, one process, {calls:,} SETs of {VALUE >> 10} KiB, "
+             f"median of {rounds} rounds, load average {load_average():.1f}:"), "",
+             "| SETs go to | SET/s | against one server |", "|---|---:|---:|"]
+    for way, found in rates.items():
+        lines.append(f"| {way} | {statistics.median(found):,.0f} | "
+                     f"{statistics.median(found) / base:.2f}x |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ table
 def table(figures: dict[tuple[str, str, int], list[tuple[float, float]]],
           counts: list[int], rounds: int, seconds: float) -> str:
@@ -202,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--record", action="store_true", help="write docs/benchmarks.md")
     parser.add_argument("--smoke", action="store_true", help="1 round, 1 and 2 processes")
+    parser.add_argument("--turns", action="store_true",
+                        help="only the plain clients' SETs: one server, one primary, three")
     args = parser.parse_args(argv)
     if args.smoke:
         args.processes, args.rounds, args.seconds = [1, 2], 1, 0.2
@@ -211,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         print("set ZSTORES_TEST_REDIS_URL and ZSTORES_TEST_REDIS_CLUSTER_URL "
               "(eval \"$(scripts/services start)\")", file=sys.stderr)
         return 3
+    if args.turns:
+        print(turns(urls, max(args.rounds, 5)))  # type: ignore[arg-type]
+        return 0
     figures: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
     for round_number in range(args.rounds):
         for op in OPS:
