@@ -823,3 +823,31 @@ def test_zfuse_mount_of_a_cluster_store(cluster_url, tmp_path):
             assert "g/a/3" not in store and len(store) == 31
     finally:
         delete_prefix(cluster_url, "zc-fuse")
+
+
+def test_dask_tasks_on_the_cluster_hold_connections_per_worker_not_per_task(
+        private_redis_cluster):
+    """400 tasks, each with its own unpickled cluster store, on 2 workers x 2 threads: each
+    primary holds at most workers x (threads + 1) connections (a worker's one shared
+    cluster client: a connection per thread at work, and the one it read the layout
+    through), none from the scheduler or the client process; before, each task's store
+    opened its own."""
+    pytest.importorskip("distributed")
+    from distributed import Client, LocalCluster
+
+    workers, threads = 2, 2
+    cluster = private_redis_cluster()
+    ports = [node.port for node in cluster.nodes]
+    store = open_store(f"{cluster.url}?prefix=zc-dask", mode="w")
+    store.close()
+    assert connected_clients(ports) == 0
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True,
+                      dashboard_address=None) as dask_cluster, Client(dask_cluster) as client:
+        futures = [client.submit(_write_one, store, i, pure=False) for i in range(400)]
+        assert sum(client.gather(futures)) == sum(len(b"%d" % i) for i in range(400))
+        per_node = [connected_clients([port]) for port in ports]  # the futures still alive
+    print(f"400 tasks on {workers} workers x {threads} threads: {per_node} connections "
+          "per primary")
+    assert max(per_node) <= workers * (threads + 1), per_node
+    with open_store(f"{cluster.url}?prefix=zc-dask", mode="r") as check:
+        assert len(check) == 400
