@@ -764,3 +764,96 @@ def test_zarr2_reads_what_we_wrote(mongodb_url, database, zarr2):
     assert {k: bytes.fromhex(v) for k, v in seen["items"].items()} == contents
     np.testing.assert_array_equal(np.array(seen["data"]), np.linspace(0, 1, 600).reshape(20, 30))
     assert seen["attrs"] == {"title": "written by zstores"}
+
+
+# ------------------------------------------------ connections per process, not per store
+class ConnectionCount:
+    """Connections a server holds beyond those it held when this was made (serverStatus,
+    asked through one client of the test's own, kept open so its connections stay put)."""
+
+    def __init__(self, url: str) -> None:
+        self.admin = pymongo.MongoClient(url, serverSelectionTimeoutMS=5000, maxPoolSize=1)
+        self.baseline = self._current()
+
+    def _current(self) -> int:
+        return self.admin.admin.command("serverStatus")["connections"]["current"]
+
+    def __call__(self) -> int:
+        return self._current() - self.baseline
+
+    def close(self) -> None:
+        self.admin.close()
+
+
+def test_unpickled_stores_share_one_client_and_connect_on_first_use(private_mongodb):
+    """50 stores unpickled in one process (a dask worker's tasks): no connection until
+    used (a scheduler moving them opens none), then one client among them."""
+    server = private_mongodb()
+    store = open_store(f"{server.url}/?database=share&collection=c", mode="w")
+    store.setitems({f"k{i}": b"v" for i in range(30)})
+    blob = pickle.dumps(store)
+    store.close()
+    connections = ConnectionCount(server.url)
+    try:
+        copies = [pickle.loads(blob) for _ in range(50)]
+        assert connections() == 0  # unpickling never connects
+        for copy in copies:
+            assert copy.getitems(["k1", "k7", "k20"]) == {"k1": b"v", "k7": b"v", "k20": b"v"}
+        assert len({id(copy.client) for copy in copies}) == 1
+        used = connections()
+        assert 1 <= used <= 3, used  # one client: its monitors and one pooled connection
+        for copy in copies:
+            copy.close()
+        wait_for_connections(connections, 0)  # the last store closed closes the client
+    finally:
+        connections.close()
+
+
+def wait_for_connections(connections, expected: int) -> None:
+    """Until the server counts ``expected`` (it sees a closed socket a moment later)."""
+    deadline = time.monotonic() + 30
+    while connections() != expected:
+        assert time.monotonic() < deadline, (connections(), expected)
+        time.sleep(0.05)
+
+
+def test_max_pool_size_below_the_adapter_threads_is_refused(mongodb_url):
+    from zstores._concurrency import ADAPTER_THREADS
+
+    url = f"{mongodb_url.rstrip('/')}/?database=zstores_tests&collection=pool"
+    with pytest.raises(StoreURLError, match=rf"maxPoolSize=2 is below {ADAPTER_THREADS}\b"):
+        open_store(f"{url}&maxPoolSize=2")
+    with open_store(f"{url}&maxPoolSize={ADAPTER_THREADS}") as store:
+        store["a"] = b"1"
+        store.clear()
+
+
+def _write_one(store, i: int) -> int:
+    """A dask task: one value written through a store that arrived pickled."""
+    store[f"t/{i}"] = b"%d" % i
+    return len(store[f"t/{i}"])
+
+
+def test_dask_tasks_hold_one_client_per_worker_not_per_task(private_mongodb):
+    """400 tasks, each with its own unpickled store, on 2 workers x 2 threads: the server
+    holds a bounded number of connections (one client per worker: its 2 monitors and at
+    most a pooled connection per thread), none from the scheduler or the client process."""
+    pytest.importorskip("distributed")
+    from distributed import Client, LocalCluster
+
+    workers, threads = 2, 2
+    server = private_mongodb()
+    store = open_store(f"{server.url}/?database=dask&collection=c", mode="w")
+    store.close()
+    bound = workers * (2 + threads)
+    connections = ConnectionCount(server.url)
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        futures = [client.submit(_write_one, store, i, pure=False) for i in range(400)]
+        assert sum(client.gather(futures)) == sum(len(b"%d" % i) for i in range(400))
+        peak = connections()  # the futures (and their stores) still alive
+    connections.close()
+    print(f"400 tasks on {workers} workers x {threads} threads: {peak} MongoDB connections")
+    assert peak <= bound, peak
+    with open_store(f"{server.url}/?database=dask&collection=c", mode="r") as check:
+        assert len(check) == 400

@@ -730,3 +730,32 @@ def test_classes_are_exported():
 
     assert zstores.S3Store is S3Store and zstores.GCSStore is GCSStore
     assert zstores.AzureStore is AzureStore and zstores.HTTPStore is HTTPStore
+
+
+@pytest.mark.parametrize("via", ["obstore", "fsspec"])
+def test_unpickled_stores_share_one_engine_and_send_nothing_until_used(private_s3, via):
+    """50 stores unpickled in one process (a dask worker's tasks) share one engine (one HTTP
+    connection pool and one set of batch threads); unpickling sends no request: it works
+    while the endpoint is down (a dask scheduler moving tasks never reaches S3), and the
+    first use then says the endpoint is unreachable."""
+    server = private_s3()
+    create_s3_bucket(server.endpoint, "shared")
+    store = S3Store("shared/p", **s3_options(server.endpoint), retry_timeout=2, via=via)
+    store.setitems({f"k{i}": b"v" for i in range(10)})
+    blob = pickle.dumps(store)
+    store.close()
+    server.kill()
+    copies = [pickle.loads(blob) for _ in range(50)]  # no request: the endpoint is down
+    with pytest.raises(StoreConnectionError, match="S3Store"):
+        copies[0]["k1"]
+    server.start()  # moto keeps nothing across a restart: the bucket again
+    create_s3_bucket(server.endpoint, "shared")
+    copies[1].setitems({"k1": b"v", "k7": b"v"})
+    for copy in copies:
+        assert copy.getitems(["k1", "k7"]) == {"k1": b"v", "k7": b"v"}
+    assert len({id(copy._engine) for copy in copies}) == 1
+    other = pickle.loads(pickle.dumps(S3Store("shared/q", **s3_options(server.endpoint),
+                                              retry_timeout=2, via=via)))
+    assert other._engine is copies[0]._engine  # one bucket, the same options: one engine
+    for copy in [*copies, other]:
+        copy.close()

@@ -5,8 +5,10 @@ suite through the adapter, zarr 3 arrays, and the refusals at open."""
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import pickle
+import threading
 from contextlib import closing
 from pathlib import Path
 from urllib.parse import quote
@@ -14,7 +16,12 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
-from zstores.errors import StoreConnectionError, StoreURLError, UnsupportedOperationError
+from zstores.errors import (
+    StoreConnectionError,
+    StoreIOError,
+    StoreURLError,
+    UnsupportedOperationError,
+)
 from zstores.stores.redis import RedisClusterStore, RedisStore, glob_escape
 from zstores.stores.redis_cluster import split_cluster_url
 from zstores.testing import StoreTests
@@ -140,6 +147,11 @@ def test_open_store_url_makes_a_cluster_store(cluster_url):
         store.clear()
     with open_store(url_with_prefix(cluster_url, "{zc-url}"), mode="w") as store:
         assert store.supports_transactions is True
+    # A plain scheme with cluster=true is the same store (for tools refusing '+' in a scheme).
+    plain = cluster_url.replace("redis+cluster://", "redis://") + "?prefix=zc-url&cluster=true"
+    with open_store(plain) as store, open_store(url_with_prefix(cluster_url, "zc-url")) as same:
+        assert type(store) is RedisClusterStore and store == same
+        assert pickle.loads(pickle.dumps(store)) == same
 
 
 def test_spread_keys_reach_every_primary_and_every_listing_sees_them(store, cluster_url):
@@ -221,6 +233,39 @@ def test_large_setitems_in_one_slot_is_one_transaction(cluster_url):
             assert store.getsize() == 80 << 20
         finally:
             store.clear()
+
+
+def _misroute(store, keys) -> None:
+    """Point the store's client's slot map, for the slots of ``keys``, at a wrong primary
+    (what the map holds after slots moved, until a MOVED answer corrects it)."""
+    client = store.client
+    cache = client.nodes_manager.slots_cache
+    primaries = client.get_primaries()
+    for key in keys:
+        slot = client.keyslot(f"{store.prefix}:{key}")
+        owner = cache[slot][0]
+        cache[slot] = [next(node for node in primaries if node.name != owner.name)]
+
+
+def test_a_wrong_slot_map_is_corrected_not_trusted(cluster_url):
+    """Single-key commands and getitems go straight to the primary the client's slot map
+    names; where the map is wrong the server answers MOVED and the call takes redis-py's
+    full route, which follows it: the right values, written where they belong."""
+    values = {f"k{i}": b"%d" % i for i in range(30)}
+    with RedisStore(cluster_url, prefix="zc-moved", mode="w") as store:
+        store.setitems(values)
+        _misroute(store, values)
+        assert store.getitems(list(values)) == values
+        _misroute(store, values)
+        assert store["k3"] == b"3" and "k4" in store and store.get_range("k12", 1) == b"2"
+        _misroute(store, values)
+        store["k5"] = b"new"
+        del store["k6"]
+        assert store.getsize("k7") == 1
+        with closing(raw_client(cluster_url)) as client:
+            assert client.get("zc-moved:k5") == b"new" and client.get("zc-moved:k6") is None
+        assert len(store) == 29
+        store.clear()
 
 
 # ----------------------------------------------------------------- opening
@@ -480,6 +525,81 @@ def test_failover_during_setitems_typed_errors_then_the_same_handle_works(
         store.close()
 
 
+class _Writer(threading.Thread):
+    """setitems of 50 keys, batch after batch, until stopped: what each call acknowledged,
+    and the errors of those that raised."""
+
+    def __init__(self, store) -> None:
+        super().__init__(daemon=True)
+        self.store = store
+        self.acknowledged: dict[str, bytes] = {}
+        self.errors: list[str] = []
+        self.batches = 0
+        self.stop = threading.Event()
+        self.progress = threading.Condition()
+
+    def run(self) -> None:
+        number = 0
+        while not self.stop.is_set():
+            batch = {f"b{number}/{i}": b"%d-%d" % (number, i) for i in range(50)}
+            number += 1
+            try:
+                self.store.setitems(batch)
+            except (StoreConnectionError, StoreIOError) as error:
+                self.errors.append(type(error).__name__)
+                continue
+            with self.progress:
+                self.acknowledged.update(batch)
+                self.batches += 1
+                self.progress.notify_all()
+
+    def wait_for(self, batches: int) -> None:
+        """Until ``batches`` more batches were acknowledged (a stuck store fails here)."""
+        with self.progress:
+            goal = self.batches + batches
+            assert self.progress.wait_for(lambda: self.batches >= goal, timeout=120), (
+                f"no {batches} acknowledged batches in 120 s; errors: {self.errors[-5:]}")
+
+
+@pytest.mark.parametrize("wait_replicas", [1, 0], ids=["wait_replicas=1", "async"])
+def test_kill_a_primary_during_setitems_acknowledged_writes_survive_with_wait_replicas(
+        private_redis_cluster, wait_replicas):
+    """3 primaries + 3 replicas; a writer thread runs setitems without pause and a primary is
+    killed (SIGKILL) while it does; its replica takes over, the old primary restarts and
+    rejoins as the new one's replica, the writer goes on.  With wait_replicas=1 every batch
+    acknowledged is there afterwards (the replica confirmed each before the call returned);
+    without it Redis' asynchronous replication may lose the last ones (measured, printed:
+    whether any is lost depends on timing).  No key ever reads a wrong value."""
+    cluster = private_redis_cluster(masters=3, replicas=1)
+    options = f"&wait_replicas={wait_replicas}&wait_timeout=2" if wait_replicas else ""
+    store = open_store(f"{cluster.url}?prefix=zc-durable{options}", mode="w", connect_timeout=2)
+    writer = _Writer(store)
+    writer.start()
+    try:
+        writer.wait_for(5)
+        victim = cluster.primaries()[0]
+        (replica,) = cluster.replicas_of(victim)
+        victim.kill()  # while the writer is in a setitems (it writes without pause)
+        cluster.wait_promoted(replica)
+        victim.start()  # no data of its own: it rejoins as the replica of its successor
+        cluster.wait_ok()
+        writer.wait_for(5)  # the same store handle writes again
+    finally:
+        writer.stop.set()
+        writer.join()
+    acknowledged = writer.acknowledged
+    found = store.getitems(list(acknowledged))
+    store.close()
+    wrong = [key for key, value in found.items() if value != acknowledged[key]]
+    lost = sorted(set(acknowledged) - set(found))
+    print(f"wait_replicas={wait_replicas}: {len(acknowledged)} keys acknowledged, "
+          f"{len(lost)} lost in the failover; {len(writer.errors)} batches refused "
+          f"({', '.join(sorted(set(writer.errors)))})")
+    assert not wrong
+    if wait_replicas:
+        assert not lost, lost[:10]
+
+
 def _write_one(store, i: int) -> int:
     """A dask task: one value written through a store that arrived pickled."""
     store[f"t/{i}"] = b"%d" % i
@@ -508,3 +628,226 @@ def test_dask_tasks_hold_connections_per_worker_thread_not_per_task(private_redi
     print(f"400 tasks on {workers} workers x {threads} threads: {peak} connections at most")
     assert peak <= bound, (peak, names)
     store.close()
+
+
+# ----------------------------------------------------------------- locks on the cluster
+def _add_under_locks(url: str, prefix: str, sync, rounds: int, fenced: bool) -> int:
+    """A writer process: ``rounds`` read-modify-writes of one region under ``sync``'s locks."""
+    import zarr
+
+    from zstores import synchronized
+    from zstores.adapters import zarr_store
+
+    store = RedisStore(url, prefix=prefix)
+    array = zarr.open_array(zarr_store(store), path="data", mode="r+")
+    proxy = synchronized(array, sync, fenced=fenced)
+    for _ in range(rounds):
+        with proxy.locked(slice(2, 12)):
+            proxy[2:12] = proxy[2:12] + 1
+    store.close()
+    return rounds
+
+
+def _cluster_array(url: str, prefix: str):
+    zarr = pytest.importorskip("zarr")
+    from zstores.adapters import zarr_store
+
+    store = RedisStore(url, prefix=prefix, mode="w")
+    zarr.create_array(zarr_store(store), name="data", shape=(20,), chunks=(3,), dtype="i4",
+                      fill_value=0)
+    return store
+
+
+@pytest.mark.parametrize("fenced", [False, True], ids=["locked", "fenced"])
+def test_synchronizer_on_the_cluster_counts_exactly_across_processes(cluster_url, fenced):
+    """3 spawned processes x 10 read-modify-writes of overlapping chunks, locked by a
+    RedisSynchronizer on the cluster (locks spread over the primaries), data in a
+    hash-tagged cluster store (fence records in the chunks' slot): exactly 30 each."""
+    from zstores import RedisSynchronizer
+    from zstores.sync.fencing import FENCE_PREFIX
+
+    prefix = "{zc-sync-%s}" % ("fenced" if fenced else "locked")
+    store = _cluster_array(cluster_url, prefix)
+    sync = RedisSynchronizer(cluster_url, prefix=f"zc-locks-{fenced}:", lease=30, timeout=120)
+    context = multiprocessing.get_context("spawn")
+    try:
+        with context.Pool(3) as pool:
+            done = pool.starmap_async(_add_under_locks,
+                                      [(cluster_url, prefix, sync, 10, fenced)] * 3).get(300)
+        assert sum(done) == 30
+        import zarr
+
+        from zstores.adapters import zarr_store
+
+        array = zarr.open_array(zarr_store(store), path="data", mode="r")
+        assert array[:].tolist() == [0, 0] + [30] * 10 + [0] * 8
+        fences = [key for key in store.list_prefix(FENCE_PREFIX)]
+        assert bool(fences) is fenced
+        # The chunks' locks: each one's keys in one slot, the locks on several primaries.
+        with closing(raw_client(cluster_url)) as client:
+            names = [sync.lock_name(f"data/c/{i}") for i in range(7)]
+            nodes = {client.get_node_from_key(name).name for name in names}
+            for name in names:
+                base = name[:-len("//lock")]
+                assert len({client.keyslot(base + suffix) for suffix in
+                            ("//lock", "//queue", "//waiting", "//tokens")}) == 1
+        assert len(nodes) > 1
+    finally:
+        store.clear()
+        store.close()
+
+
+def test_synchronizer_on_the_cluster_tokens_grow_and_its_refusals(cluster_url):
+    from zstores import RedisSynchronizer, synchronized
+
+    sync = RedisSynchronizer(cluster_url, prefix="zc-tokens:", lease=30, timeout=30)
+    tokens = []
+    for _ in range(3):
+        with sync["data/c/0"] as lock:
+            tokens.append(lock.token)
+    assert tokens == sorted(tokens) and len(set(tokens)) == 3
+    assert pickle.loads(pickle.dumps(sync)).lock_name("x") == sync.lock_name("x")
+    tagged = RedisSynchronizer(cluster_url, prefix="{zc-one}:")
+    assert tagged.lock_name("data/c/0") == "{zc-one}:data/c/0//lock"
+    with tagged["a"] as first, tagged["b"] as second:  # one counter for the whole prefix
+        assert first.token != second.token
+    with closing(raw_client(cluster_url)) as client:  # a ready RedisCluster client
+        given = RedisSynchronizer(client, prefix="zc-given:")
+        with given["k"] as lock:
+            assert lock.token
+        with pytest.raises(TypeError, match="ready client"):
+            pickle.dumps(given)
+    node_url = split_cluster_url(cluster_url)[0][0]
+    with pytest.raises(StoreURLError, match=r"cluster_enabled:1.*redis\+cluster://"):
+        with RedisSynchronizer(node_url)["k"]:
+            pass
+    # Fenced writes need the fence record and the chunk in one slot: a spread store has
+    # no transactions, and fenced=True is refused at once, naming it.
+    store = _cluster_array(cluster_url, "zc-spread-fence")
+    try:
+        zarr = pytest.importorskip("zarr")
+        from zstores.adapters import zarr_store
+
+        array = zarr.open_array(zarr_store(store), path="data", mode="r+")
+        with pytest.raises(UnsupportedOperationError, match="RedisClusterStore"):
+            synchronized(array, sync, fenced=True)
+        synchronized(array, sync)[0:3] = 1  # unfenced locking works on any placement
+        assert array[0:4].tolist() == [1, 1, 1, 0]
+    finally:
+        store.clear()
+        store.close()
+
+
+# ----------------------------------------------------------------- URL strings, zfuse
+@pytest.fixture
+def fsspec_cluster_scheme():
+    """fsspec finds redis+cluster:// through zstores' entry point.  An environment installed
+    before the entry point was added (pip install -e again refreshes it) gets it
+    registered here, from the same table (PROTOCOLS) pyproject.toml lists."""
+    import importlib.metadata
+
+    import fsspec
+
+    from zstores.adapters.fsspec import PROTOCOLS, StoreFileSystem
+
+    assert "redis+cluster" in PROTOCOLS and "rediss+cluster" in PROTOCOLS
+    pyproject = Path(__file__).parents[1] / "pyproject.toml"
+    assert '"redis+cluster" = "zstores.adapters.fsspec:StoreFileSystem"' in pyproject.read_text()
+    installed = {entry.name for entry in importlib.metadata.entry_points(group="fsspec.specs")}
+    if "redis+cluster" not in installed:
+        fsspec.register_implementation("redis+cluster", StoreFileSystem, clobber=True)
+    assert fsspec.get_filesystem_class("redis+cluster") is StoreFileSystem
+    yield
+    from zstores.adapters.fsspec import close_shared_stores
+
+    close_shared_stores()
+
+
+def test_zarr_and_xarray_url_strings_on_the_cluster(cluster_url, fsspec_cluster_scheme,
+                                                    tmp_path, monkeypatch):
+    """zarr takes redis+cluster:// strings; xarray takes no '+' in a scheme (it makes such a
+    string a local path, silently), so it gets redis://...&cluster=true, the same store."""
+    zarr = pytest.importorskip("zarr")
+    xarray = pytest.importorskip("xarray")
+    from zstores.adapters.fsspec import close_shared_stores
+
+    monkeypatch.chdir(tmp_path)  # a string taken for a local path would land here
+    url = url_with_prefix(cluster_url, "zc-strings")
+    plain = url.replace("redis+cluster://", "redis://") + "&cluster=true"
+    try:
+        array = zarr.create_array(url, name="a", shape=(50, 40), chunks=(10, 10), dtype="i4",
+                                  zarr_format=3, overwrite=True)
+        array[:] = np.arange(2000, dtype="i4").reshape(50, 40)
+        dataset = xarray.Dataset({"t": (("x", "y"), np.arange(12.0).reshape(3, 4))},
+                                 coords={"x": [10, 20, 30]})
+        dataset.to_zarr(plain, group="ds", mode="w", consolidated=False)
+        close_shared_stores()
+        again = zarr.open_array(url, path="a", mode="r")
+        np.testing.assert_array_equal(again[:], np.arange(2000, dtype="i4").reshape(50, 40))
+        xarray.testing.assert_identical(
+            xarray.open_zarr(plain, group="ds", consolidated=False).load(), dataset)
+        assert not os.listdir(tmp_path)
+        close_shared_stores()
+        with open_store(url, mode="r") as store:  # the bytes went to the cluster
+            assert type(store) is RedisClusterStore
+            assert "a/zarr.json" in store and "ds/t/zarr.json" in store
+            assert len(store.listdir("a/c")) == 5
+    finally:
+        delete_prefix(cluster_url, "zc-strings")
+
+
+def test_zfuse_mount_of_a_cluster_store(cluster_url, tmp_path):
+    from fuse_helpers import require_fuse, run_zfuse, zfuse_mounts
+
+    require_fuse()
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    url = url_with_prefix(cluster_url, "zc-fuse")
+    with open_store(url, mode="w") as store:
+        store.setitems({f"g/a/{i}": b"%d" % i for i in range(30)} | {"g/.zgroup": b"{}"})
+    mounted = run_zfuse("mount", url, str(mountpoint))
+    assert mounted.returncode == 0, mounted.stderr
+    try:
+        folder = mountpoint / "g" / "a"
+        assert sorted(os.listdir(folder), key=int) == [str(i) for i in range(30)]
+        assert (folder / "17").read_bytes() == b"17"
+        (mountpoint / "g" / "new").write_bytes(b"from the mount")
+        (folder / "3").unlink()
+    finally:
+        done = run_zfuse("unmount", str(mountpoint))
+        assert done.returncode == 0, done.stderr
+    assert str(mountpoint) not in zfuse_mounts()
+    try:
+        with open_store(url, mode="r") as store:
+            assert store["g/new"] == b"from the mount"
+            assert "g/a/3" not in store and len(store) == 31
+    finally:
+        delete_prefix(cluster_url, "zc-fuse")
+
+
+def test_dask_tasks_on_the_cluster_hold_connections_per_worker_not_per_task(
+        private_redis_cluster):
+    """400 tasks, each with its own unpickled cluster store, on 2 workers x 2 threads: each
+    primary holds at most workers x (threads + 1) connections (a worker's one shared
+    cluster client: a connection per thread at work, and the one it read the layout
+    through), none from the scheduler or the client process; before, each task's store
+    opened its own."""
+    pytest.importorskip("distributed")
+    from distributed import Client, LocalCluster
+
+    workers, threads = 2, 2
+    cluster = private_redis_cluster()
+    ports = [node.port for node in cluster.nodes]
+    store = open_store(f"{cluster.url}?prefix=zc-dask", mode="w")
+    store.close()
+    assert connected_clients(ports) == 0
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True,
+                      dashboard_address=None) as dask_cluster, Client(dask_cluster) as client:
+        futures = [client.submit(_write_one, store, i, pure=False) for i in range(400)]
+        assert sum(client.gather(futures)) == sum(len(b"%d" % i) for i in range(400))
+        per_node = [connected_clients([port]) for port in ports]  # the futures still alive
+    print(f"400 tasks on {workers} workers x {threads} threads: {per_node} connections "
+          "per primary")
+    assert max(per_node) <= workers * (threads + 1), per_node
+    with open_store(f"{cluster.url}?prefix=zc-dask", mode="r") as check:
+        assert len(check) == 400

@@ -124,6 +124,27 @@ class StaleStoreError(StoreIOError):
     default_errno = _errno.ESTALE
 
 
+class ReplicationTimeoutError(StoreIOError):
+    """A write was applied, but fewer replicas than asked for confirmed it in time.
+
+    Raised by a Redis store opened with ``wait_replicas=N`` when Redis'
+    ``WAIT`` saw fewer than ``N`` replicas acknowledge the write within
+    ``wait_timeout`` seconds.  The write *was* applied on the primary and
+    readers see it; it is not known to be on enough replicas, so a failover
+    of that primary now could lose it.  ``errno`` is ``ETIMEDOUT``; the
+    message names the store, how many replicas confirmed and how many were
+    asked for.  Writing the same values again is safe.
+
+    Examples
+    --------
+    >>> error = ReplicationTimeoutError("RedisStore redis://h/0: 0 of 1 replicas in 1 s")
+    >>> isinstance(error, OSError), error.errno == _errno.ETIMEDOUT
+    (True, True)
+    """
+
+    default_errno = _errno.ETIMEDOUT
+
+
 class CorruptValueError(StoreIOError):
     """A stored value or the backend's file is damaged (a checksum or structure check failed)."""
 

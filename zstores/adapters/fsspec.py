@@ -9,7 +9,8 @@ so ``zarr.open_group("lmdb:///data/run1.lmdb")``,
 ``zstores.open_store`` opens for the same URL.
 
 Registered: ``nested``, ``dbm``, ``lmdb``, ``sqlite``, ``redis``,
-``rediss``, ``mongodb`` and ``mongodb+srv``.  Not registered, on purpose:
+``rediss``, ``redis+cluster``, ``rediss+cluster``, ``mongodb`` and
+``mongodb+srv``.  Not registered, on purpose:
 ``file``, ``zip`` and ``memory`` are fsspec's own file systems (fsspec lets
 an entry point replace a built-in, and zarr, xarray and dask users rely on
 those three), and plain paths stay zarr's ``LocalStore``.
@@ -55,7 +56,8 @@ __all__ = ["PROTOCOLS", "StoreFile", "StoreFileSystem", "close_shared_stores", "
 #: The schemes registered with fsspec.  ``file``, ``zip`` and ``memory`` are
 #: left to fsspec's own file systems (see the module docstring).
 PROTOCOLS: tuple[str, ...] = (
-    "nested", "dbm", "lmdb", "sqlite", "redis", "rediss", "mongodb", "mongodb+srv", "n5",
+    "nested", "dbm", "lmdb", "sqlite", "redis", "rediss", "redis+cluster", "rediss+cluster",
+    "mongodb", "mongodb+srv", "n5",
 )
 
 # Keyword arguments fsspec (or zarr, through fsspec) passes to every file

@@ -21,16 +21,20 @@ Examples
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import math
+import os
+import threading
 from collections.abc import Callable, Collection, Iterable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from ..errors import StoreConnectionError, StoreURLError
 from ..secrets import mentions_secret, redact_url, scrub
 
 __all__ = [
+    "SharedClient",
     "backend_error",
     "call_translating",
     "check_connect_timeout",
@@ -38,6 +42,8 @@ __all__ = [
     "connection_error",
     "network_errors_as",
     "query_names",
+    "reopen_unpickled",
+    "unpickling",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -176,3 +182,104 @@ def check_url_options(url: str, client: Collection[str], own: Collection[str],
             f"unknown option {name!r} for {scheme}:// in {shown!r}; known options: "
             f"{', '.join(sorted(own))} (zstores) and {', '.join(sorted(client))} ({library}){note}"
         )
+
+
+# ------------------------------------------------------ clients per process
+# True while reopen_unpickled builds a store: it then shares its client.
+_UNPICKLING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "zstores_unpickling", default=False)
+
+
+def unpickling() -> bool:
+    """Whether the store being built is one ``reopen_unpickled`` reopens."""
+    return _UNPICKLING.get()
+
+
+def reopen_unpickled(cls: type, params: dict[str, Any], mode: str) -> Any:
+    """``cls(**params, mode=mode)`` for a store unpickled: it connects nowhere now and
+    shares one client per URL and options with the other stores of this process."""
+    token = _UNPICKLING.set(True)
+    try:
+        return cls(**params, mode=mode)
+    finally:
+        _UNPICKLING.reset(token)
+
+
+class SharedClient:
+    """One driver client (one connection pool) per key (URL and options) for the stores
+    unpickled in a process.
+
+    A dask worker unpickling a store per task opens one pool, not one per
+    task, and a scheduler that only moves the tasks opens none: the client is
+    made on first use (``client()``).  Counted: the last store released
+    closes it.  Entries are forgotten in a forked child, whose copies of the
+    parent's sockets must not be shared.
+
+    Examples
+    --------
+    >>> made = []
+    >>> first = SharedClient.acquire(("doc", 1), lambda: made.append(1) or "client", print)
+    >>> second = SharedClient.acquire(("doc", 1), lambda: "another", print)
+    >>> first is second, made
+    (True, [])
+    >>> first.client(), second.client(), made
+    ('client', 'client', [1])
+    >>> first.release(); second.release()
+    client
+    """
+
+    _entries: ClassVar[dict[Any, SharedClient]] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, key: Any, make: Callable[[], Any], close: Callable[[Any], None]) -> None:
+        self._key, self._make, self._close = key, make, close
+        self._client: Any = None
+        self._users = 0
+        self._making = threading.Lock()
+
+    @classmethod
+    def acquire(cls, key: Any, make: Callable[[], Any],
+                close: Callable[[Any], None]) -> SharedClient:
+        """The entry for ``key`` (made now if there is none), counted as used once more."""
+        with cls._lock:
+            entry = cls._entries.get(key)
+            if entry is None:
+                entry = cls._entries[key] = cls(key, make, close)
+            entry._users += 1
+            return entry
+
+    def client(self) -> Any:
+        """The client, made by the first caller."""
+        client = self._client
+        if client is None:
+            with self._making:
+                if self._client is None:
+                    self._client = self._make()
+                client = self._client
+        return client
+
+    @property
+    def made(self) -> bool:
+        """Whether the client was made (a store asked for it)."""
+        return self._client is not None
+
+    def release(self) -> None:
+        """One user fewer; the last one closes the client."""
+        with self._lock:
+            self._users -= 1
+            if self._users > 0:
+                return
+            if self._entries.get(self._key) is self:
+                del self._entries[self._key]
+        if self._client is not None:
+            self._close(self._client)
+            self._client = None
+
+    @classmethod
+    def after_fork(cls) -> None:
+        cls._entries = {}
+        cls._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=SharedClient.after_fork)

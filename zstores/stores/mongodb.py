@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from .._concurrency import ADAPTER_THREADS
 from ..base import Buffer, Mode, Store
 from ..errors import (
     CorruptValueError,
@@ -23,11 +24,14 @@ from ..errors import (
 from ..secrets import redact_url, scrub, secrets_of
 from ._network import (
     DEFAULT_CONNECT_TIMEOUT,
+    SharedClient,
     backend_error,
     call_translating,
     check_connect_timeout,
     check_url_options,
     network_errors_as,
+    reopen_unpickled,
+    unpickling,
 )
 
 if TYPE_CHECKING:
@@ -35,6 +39,15 @@ if TYPE_CHECKING:
     from ..transactions import Transaction
 
 __all__ = ["MongoDBStore", "client_url_options"]
+
+
+def _close_client(client: Any) -> None:
+    client.close()
+
+
+def _unpickle(cls: type[MongoDBStore], params: dict[str, Any], mode: str) -> MongoDBStore:
+    """A pickled store reopened: no connection now, one client per URL and options."""
+    return reopen_unpickled(cls, params, mode)  # type: ignore[no-any-return]
 
 _log = logging.getLogger(__name__)
 
@@ -328,11 +341,24 @@ class MongoDBStore(Store):
         self._UpdateOne = pymongo.UpdateOne
         self._url: str | None = None
         self._why_no_transactions: str | None = None  # the server's answer, asked once
+        self._client_now: Any = None  # see the _client property
+        self._shared: SharedClient | None = None
+        self._collections: tuple[Any, Any] | None = None  # (documents, parts), on first use
+        self._seeds_now: tuple[Any, ...] | None = None
         if isinstance(url, str):
             self._url = url
             self._owns_client = True
             self._where = redact_url(url)
-            self._client = self._client_from_url(pymongo, url, client_kwargs)
+            if unpickling():
+                # Checked when the original store opened: share this process's
+                # client for the URL and options, made on first use.
+                self._owns_client = False
+                self._shared = SharedClient.acquire(
+                    (MongoDBStore, url, repr(sorted(client_kwargs.items()))),
+                    functools.partial(self._client_from_url, pymongo, url, client_kwargs),
+                    _close_client)
+                return
+            self._client_now = self._client_from_url(pymongo, url, client_kwargs)
         elif isinstance(url, pymongo.MongoClient):
             if client_kwargs:
                 raise ValueError(
@@ -340,16 +366,13 @@ class MongoDBStore(Store):
                     "is built from a URL, not from a ready MongoClient"
                 )
             self._owns_client = False
-            self._client = url
+            self._client_now = url
         else:
             raise TypeError(f"url must be a str or a pymongo.MongoClient, not {type(url).__name__}")
-        self._seeds = tuple(sorted(self._client.topology_description.server_descriptions()))
         if self._url is None:
             self._where = "mongodb://" + ",".join(f"{host}:{port}" for host, port in self._seeds)
-        db = self._client[database]
-        self._docs = db[collection]
-        self._parts = db[collection + "_parts"]
         try:
+            self._check_pool_size()
             self._ping()
             self._open()
         except BaseException:
@@ -357,7 +380,53 @@ class MongoDBStore(Store):
                 self._client.close()
             raise
 
+    @property
+    def _client(self) -> Any:
+        """The pymongo client; a store unpickled in this process gets the shared one
+        (``SharedClient``) on first use."""
+        client = self._client_now
+        if client is None and self._shared is not None:
+            client = self._client_now = self._shared.client()
+        return client
+
+    @property
+    def _docs(self) -> Any:
+        """The collection of one document per key."""
+        if self._collections is None:
+            db = self._client[self._database_name]
+            self._collections = (db[self._collection_name], db[self._collection_name + "_parts"])
+        return self._collections[0]
+
+    @property
+    def _parts(self) -> Any:
+        """The collection of the parts of large values."""
+        self._docs  # noqa: B018 - makes both
+        assert self._collections is not None
+        return self._collections[1]
+
+    @property
+    def _seeds(self) -> tuple[Any, ...]:
+        if self._seeds_now is None:
+            described = self._client.topology_description.server_descriptions()
+            self._seeds_now = tuple(sorted(described))
+        return self._seeds_now
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Reopened through _unpickle: no connection, one client per process.
+        return (_unpickle, (type(self), self._params(), self._mode_after_pickle()))
+
     # ------------------------------------------------------------- opening
+    def _check_pool_size(self) -> None:
+        """Refuse a pool smaller than the threads the adapters call the store from:
+        the surplus calls would wait (or fail after ``waitQueueTimeoutMS``)."""
+        limit = self._client.options.pool_options.max_pool_size
+        if limit and limit < ADAPTER_THREADS:
+            raise StoreURLError(
+                f"{self._store_name()}: maxPoolSize={limit} is below {ADAPTER_THREADS}, the "
+                "threads zstores' zarr adapter calls a store from at once here (min(32, cores + "
+                f"4)), whose calls beyond the pool would wait: give maxPoolSize={ADAPTER_THREADS}"
+                " or more, or leave it out")
+
     def _client_from_url(self, pymongo: Any, url: str, client_kwargs: dict[str, Any]) -> Any:
         """A client for ``url``, its options checked; pymongo's warnings become errors."""
         own = ("collection", "connect_timeout", "database")
@@ -778,7 +847,9 @@ class MongoDBStore(Store):
     # ------------------------------------------------------------- lifecycle
     @network_errors_as
     def _close(self) -> None:
-        if self._owns_client:
+        if self._shared is not None:
+            self._shared.release()
+        elif self._owns_client:
             self._client.close()
 
     @property

@@ -28,6 +28,7 @@ from ..errors import StoreURLError
 
 __all__ = [
     "CLUSTER_SCHEMES",
+    "as_cluster_url",
     "HASH_SLOTS",
     "is_cluster_node",
     "primaries_for",
@@ -77,6 +78,24 @@ def split_cluster_url(url: str) -> list[tuple[str, str, int]]:
     ending = f"?{query}" if question else ""
     return [(f"{node_scheme}://{auth}{at}{text}/0{ending}", host, port)
             for text, host, port in nodes]
+
+
+def as_cluster_url(url: str) -> str:
+    """A ``redis://`` or ``rediss://`` URL of cluster nodes as a ``redis+cluster://`` URL.
+
+    A cluster URL is returned as it is; the database part (``/0``) is checked
+    by ``split_cluster_url`` later.
+
+    Examples
+    --------
+    >>> as_cluster_url("redis://:pw@h:7000,h:7001/0?prefix=x")
+    'redis+cluster://:pw@h:7000,h:7001/0?prefix=x'
+    """
+    scheme, separator, rest = url.partition("://")
+    for cluster_scheme, node_scheme in CLUSTER_SCHEMES.items():
+        if scheme.lower() == node_scheme and separator:
+            return f"{cluster_scheme}://{rest}"
+    return url
 
 
 def _host_port(text: str, scheme: str) -> tuple[str, str, int]:

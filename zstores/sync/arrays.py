@@ -115,10 +115,7 @@ def check_namespaces(synchronizer: Any, store: Any, path: str) -> None:
     if redis_stores is None or not isinstance(store, redis_stores.RedisStore) or not callable(
             server_of) or not isinstance(getattr(synchronizer, "prefix", None), str):
         return
-    options = store.client.connection_pool.connection_kwargs
-    store_server = (options.get("path") or (options.get("host"), options.get("port")),
-                    options.get("db", 0))
-    if store_server != server_of():
+    if store.server() != server_of():
         return
     base = store.prefix + ":"
     if (synchronizer.prefix + prefix_of(path)).startswith(base):

@@ -632,7 +632,7 @@ class RedisLock:
         self.key = key
         self.name = base + LOCK_SEPARATOR + _LOCK
         self._keys = [self.name, base + LOCK_SEPARATOR + _QUEUE,
-                      base + LOCK_SEPARATOR + _ALIVE, owner.prefix + _TOKENS]
+                      base + LOCK_SEPARATOR + _ALIVE, owner._tokens_key(base)]
         self._timeout = timeout
         self._owner = owner
         self.token: int | None = None
@@ -868,10 +868,25 @@ class RedisSynchronizer:
     synchronizer prefix under which a store on the same server would list
     them (``RedisStore(prefix="p")`` with ``prefix="p:"``).
 
+    On a Redis Cluster (a ``redis+cluster://host:port,host:port/`` URL, as
+    ``RedisStore`` takes it, or a ready ``redis.RedisCluster`` client) each
+    lock's keys share a hash tag, so its scripts run in one slot: the
+    prefix's own tag if it has one (every lock in that slot, tokens growing
+    across them), else a digest of the key after the prefix (locks spread
+    over the primaries, each with its own token counter: a later holder of
+    a lock still always has a larger token).  A plain ``redis://`` URL on a
+    cluster node is refused at first use, naming the URL to write.  Redis
+    replicates asynchronously: a failover can lose a grant or a token just
+    handed out, so on a cluster with failover keep ``fenced=True`` writes
+    on a store that waits for its replicas (``wait_replicas``) and a lease
+    long enough to cover the failover.
+
     Parameters
     ----------
-    url : str
-        A ``redis://`` (or ``rediss://``, ``unix://``) URL, as redis-py takes it.
+    url : str or redis.Redis or redis.RedisCluster
+        A ``redis://`` (or ``rediss://``, ``unix://``, ``redis+cluster://``)
+        URL, as redis-py takes it; or a ready client, used but never closed
+        (such a synchronizer cannot be pickled).
     prefix : str
         Prepended to every key; use one per dataset when several share a server.
     lease : float
@@ -895,15 +910,26 @@ class RedisSynchronizer:
 
     def __init__(
         self,
-        url: str,
+        url: str | Any,
         *,
         prefix: str = "zstores:lock:",
         lease: float = 60.0,
         timeout: float | None = None,
         warn_after: float | None = WARN_AFTER,
     ) -> None:
-        if not isinstance(url, str) or "://" not in url:
+        self._given: Any = None  # a ready client (not pickled, never closed)
+        if not isinstance(url, str):
+            if type(url).__name__ not in ("Redis", "RedisCluster") \
+                    or not type(url).__module__.startswith("redis"):
+                raise ValueError(f"invalid url {url!r}: expected a redis:// or redis+cluster:// "
+                                 "URL, or a redis.Redis or redis.RedisCluster client")
+            self._given, url = url, None
+        elif "://" not in url:
             raise ValueError(f"invalid url {url!r}: expected a redis:// URL")
+        # On a Redis Cluster each lock's keys share a hash tag (one slot).
+        self._cluster = (type(self._given).__name__ == "RedisCluster" if url is None
+                         else url.partition("://")[0].lower() in ("redis+cluster",
+                                                                  "rediss+cluster"))
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
         lease = float(lease)
@@ -919,7 +945,7 @@ class RedisSynchronizer:
         # every 10 ms at most; the margin covers a slow scheduler).  A waiter
         # that died first in line holds the others up for this long.
         self._keep_ms = 2000
-        self._client: Any = None
+        self._client: Any = self._given
         self._scripts: dict[str, Any] = {}
         self._mutex = threading.Lock()
         self._watchdog = _Watchdog(lease / RENEWALS_PER_LEASE)
@@ -933,26 +959,86 @@ class RedisSynchronizer:
                     raise ImportError(
                         "RedisSynchronizer needs the redis package: pip install 'zstores[redis]'"
                     ) from None
-                self._client = redis.Redis.from_url(self.url)
+                self._client = self._connect(redis)
             return self._client
+
+    def _connect(self, redis: Any) -> Any:
+        """A client for the URL: a ``RedisCluster`` for ``redis+cluster://`` (every node
+        a seed); a plain URL on a cluster node is refused, naming the URL to write."""
+        from ..errors import StoreURLError
+        from ..stores import redis_cluster
+
+        if self._cluster:
+            nodes = redis_cluster.split_cluster_url(self.url)
+            seeds = [redis.cluster.ClusterNode(host, port) for _, host, port in nodes[1:]]
+            return redis.RedisCluster.from_url(nodes[0][0], startup_nodes=seeds)
+        client = redis.Redis.from_url(self.url)
+        try:
+            node = redis_cluster.is_cluster_node(client)
+        except BaseException:
+            client.close()
+            raise
+        if node:
+            client.close()
+            options = client.connection_pool.connection_kwargs
+            raise StoreURLError(
+                f"RedisSynchronizer {self._describe()}: the server is a Redis Cluster node "
+                "(cluster_enabled:1), where a plain URL reaches only that node's slots: write "
+                f"redis+cluster://{options.get('host')}:{options.get('port')}/")
+        return client
+
+    def _lock_base(self, key: str) -> str:
+        """What the Redis keys of ``key``'s lock start with.
+
+        On a cluster whose prefix has no hash tag of its own, a tag made of
+        the key's digest follows the prefix: the keys of one lock (its
+        script touches them all) share a slot, and locks spread over the
+        primaries.
+        """
+        key = _check_key(key)
+        if not self._cluster or _hash_tag(self.prefix):
+            return self.prefix + key
+        digest = hashlib.sha1(key.encode("utf-8")).hexdigest()[:8]
+        return self.prefix + "{" + digest + "}" + key
+
+    def _tokens_key(self, base: str) -> str:
+        """The fencing-token counter of the lock whose keys start with ``base``.
+
+        One per prefix on a server (tokens grow across all its locks); one
+        per lock on a cluster, in the lock's slot, unless the prefix's hash
+        tag keeps all of them in one slot anyway.
+        """
+        if self._cluster and not _hash_tag(self.prefix):
+            return base + _TOKENS
+        return self.prefix + _TOKENS
 
     def _script(self, source: str, keys: list[str], *args: Any) -> Any:
         """Run a Lua script (cached by its SHA on the server), errors typed."""
         script = self._scripts.get(source)
         if script is None:
-            script = self._scripts[source] = self._redis().register_script(source)
+            script = self._call(lambda: self._redis().register_script(source))
+            self._scripts[source] = script
         return self._call(functools.partial(script, keys=keys, args=list(args)))
 
     def _describe(self) -> str:
-        return redact_url(self.url)
+        if self.url is not None:
+            return redact_url(self.url)
+        return f"{type(self._given).__name__} client"
+
+    def _connection_kwargs(self) -> dict[str, Any]:
+        client = self._client
+        if client is None:
+            return {}
+        if self._cluster:
+            return client.get_connection_kwargs()  # type: ignore[no-any-return]
+        return client.connection_pool.connection_kwargs  # type: ignore[no-any-return]
 
     def _secrets(self) -> list[str]:
         """Every password this synchronizer knows of, to keep out of errors."""
-        found = secrets_of(self.url)
-        if self._client is not None:
-            password = self._client.connection_pool.connection_kwargs.get("password")
-            if password:
-                found.append(password)
+        found = secrets_of(self.url) if self.url is not None else []
+        password = self._connection_kwargs().get("password")
+        if password:
+            found.append(password)
         return found
 
     def _call(self, call: Callable[[], Any]) -> Any:
@@ -973,23 +1059,29 @@ class RedisSynchronizer:
             return typed_redis_error(error, name, self._secrets())
 
         driver_errors = (exceptions.ConnectionError, exceptions.TimeoutError,
-                         exceptions.ResponseError)
+                         exceptions.ResponseError, exceptions.ClusterError,
+                         exceptions.RedisClusterException)
         return call_translating(call, driver_errors, translate, self._secrets)
 
     def server(self) -> tuple[Any, ...]:
-        """Which server and database the locks live in: ``(host and port or socket, db)``."""
-        options = self._redis().connection_pool.connection_kwargs
-        return (options.get("path") or (options.get("host"), options.get("port")),
-                options.get("db", 0))
+        """Which server and database the locks live in: ``(host and port or socket, db)``;
+        on a cluster ``("redis-cluster", its primaries' addresses, sorted)``."""
+        from ..stores.redis import server_of
+
+        return self._call(lambda: server_of(self._redis()))  # type: ignore[no-any-return]
 
     def lock_name(self, key: str) -> str:
         """The Redis key of ``key``'s lock."""
-        return self.prefix + _check_key(key) + LOCK_SEPARATOR + _LOCK
+        return self._lock_base(key) + LOCK_SEPARATOR + _LOCK
 
     def __getitem__(self, key: str) -> RedisLock:
-        return RedisLock(key, self.prefix + _check_key(key), self.timeout, self)
+        return RedisLock(key, self._lock_base(key), self.timeout, self)
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if self.url is None:
+            raise TypeError(
+                f"cannot pickle {self!r}: it was built from a ready client, whose credentials "
+                "and options cannot be recovered; build it from a URL to pickle it")
         return (_new_redis_synchronizer,
                 (self.url, self.prefix, self.lease, self.timeout, self.warn_after))
 
@@ -998,6 +1090,12 @@ class RedisSynchronizer:
             f"RedisSynchronizer({self._describe()!r}, prefix={self.prefix!r}, "
             f"lease={self.lease!r}, timeout={self.timeout!r}, warn_after={self.warn_after!r})"
         )
+
+
+def _hash_tag(prefix: str) -> str | None:
+    from ..stores.redis_cluster import store_hash_tag
+
+    return store_hash_tag(prefix)
 
 
 def _new_redis_synchronizer(

@@ -32,10 +32,13 @@ from ...readers import BufferReader, ValueReader
 from ...secrets import redact_url, scrub
 from .._network import (
     DEFAULT_CONNECT_TIMEOUT,
+    SharedClient,
     backend_error,
     call_translating,
     check_connect_timeout,
     network_errors_as,
+    reopen_unpickled,
+    unpickling,
 )
 from ._obstore import classify
 
@@ -51,6 +54,15 @@ _CAS_ATTEMPTS = 20
 DEFAULT_REQUEST_TIMEOUT = 30.0
 DEFAULT_RETRY_TIMEOUT = 30.0
 DEFAULT_MAX_CONCURRENCY = 64
+
+
+def _close_engine(engine: Any) -> None:
+    engine.close()
+
+
+def _unpickle(cls: type[ObjectStore], params: dict[str, Any], mode: str) -> ObjectStore:
+    """A pickled store reopened: no request now, one engine per bucket and options."""
+    return reopen_unpickled(cls, params, mode)  # type: ignore[no-any-return]
 
 
 def _positive_seconds(name: str, value: Any) -> float:
@@ -134,10 +146,22 @@ class ObjectStore(Store):
         self._container, self._prefix = self._split_location(location)
         self._root = self._prefix + "/" if self._prefix else ""
         self._engine: Any = None
+        self._shared: SharedClient | None = None
         self._driver_errors: tuple[type[BaseException], ...] = (FileNotFoundError,)
-        self._engine = self._make_engine()
+        if unpickling():
+            # Checked when the original store opened: no request now, and one
+            # engine (one HTTP connection pool, one set of batch threads) per
+            # bucket and options for the stores unpickled in this process.
+            self._shared = SharedClient.acquire(
+                (type(self), self._container, repr(sorted(self._options.items()))),
+                self._make_engine, _close_engine)
+            self._engine = self._shared.client()  # builds a client; connects nowhere
+        else:
+            self._engine = self._make_engine()
         self._driver_errors = self._engine.driver_errors
         self._refuse_conditional_writes(self._engine.conditional_refusal)
+        if self._shared is not None:
+            return
         exists = self._check_reachable()
         if self._mode in ("r", "r+", "w-"):
             self._check_existence(exists)
@@ -454,8 +478,14 @@ class ObjectStore(Store):
 
     # ------------------------------------------------------------ lifecycle
     def _close(self) -> None:
-        if self._engine is not None:
+        if self._shared is not None:
+            self._shared.release()
+        elif self._engine is not None:
             self._engine.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Reopened through _unpickle: no request, one engine per process.
+        return (_unpickle, (type(self), self._params(), self._mode_after_pickle()))
 
     @property
     def container(self) -> str:
