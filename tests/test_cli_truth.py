@@ -432,3 +432,50 @@ def test_a_key_the_destination_refuses_is_one_short_line_and_exit_1(tmp_path: Pa
     said = "folder refuses a key of SRC: invalid key 'a/xxxxxxxxx"
     assert done.err.startswith("zstores cp: error: ") and said in done.err
     assert "may be at most 255 bytes" in done.err
+
+
+def test_a_warning_is_one_line_without_a_source_path(tmp_path: Path) -> None:
+    src, dst = str(tmp_path / "s.sqlite"), tmp_path / "c.zip"
+    write_sample(src)
+    assert zstores_cmd("cp", src, str(dst)).code == 0
+    with dst.open("ab") as archive:  # what a copy killed before close() leaves
+        archive.write(b"x" * 23)
+    done = zstores_cmd("cp", src, str(dst), "--if-exists", "overwrite")
+    assert done.code == 0
+    assert done.err_lines == [
+        (f"zstores: warning: ZipStore({str(dst)!r}, mode='a'): 23 bytes after the archive's "
+        "last central directory are ignored (a writer stopped before flush() or close(), or "
+        "the file is damaged); the archive reads as that directory says")]
+
+
+@pytest.fixture
+def read_only_copy(tmp_path: Path):
+    """A sample folder store, and the path of the same store on a read-only bind mount."""
+    import shutil
+
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    ro.mkdir()
+    write_sample(str(src / "dir"))
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("needs root and mount(8) for a read-only bind mount")
+    made = subprocess.run(["mount", "--bind", str(src), str(ro)], check=False,
+                          capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"bind mount refused: {made.stderr.decode().strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=True,
+                       capture_output=True)
+        yield ro / "dir"
+    finally:
+        subprocess.run(["umount", "--lazy", str(ro)], check=True, capture_output=True)
+
+
+def test_a_read_only_error_names_the_whole_store_and_path(read_only_copy: Path) -> None:
+    done = zstores_cmd("rm", str(read_only_copy), "g", "--yes")
+    assert (done.code, done.err) == (1, (f"zstores rm: error: DirectoryStore("
+                                        f"{str(read_only_copy)!r}, mode='r+'): cannot remove "
+                                        "'g': Read-only file system\n"))
+    done = zstores_cmd("rm", str(read_only_copy), "g/.zattrs", "--yes")
+    assert (done.code, done.err) == (1, (f"zstores rm: error: DirectoryStore("
+                                        f"{str(read_only_copy)!r}, mode='r+'): cannot delete "
+                                        "key 'g/.zattrs': Read-only file system\n"))

@@ -33,7 +33,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from zstores.cli._output import say, visible
+from zstores.cli._output import say, visible, warnings_as_lines
 
 from . import registry
 from ._libfuse import require_mfusepy
@@ -204,12 +204,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``zfuse`` command; return its exit status."""
     args = _parser().parse_args(argv)
     try:
-        if args.command == "unmount":
-            unmount(args.mountpoint, lazy=args.lazy)
-            return 0
-        if args.command == "list":
-            return _list(args.json)
-        return _mount(args)
+        with warnings_as_lines("zfuse"):
+            if args.command == "unmount":
+                unmount(args.mountpoint, lazy=args.lazy)
+                return 0
+            if args.command == "list":
+                return _list(args.json)
+            return _mount(args)
     except (_Failure, MountError) as error:
         say(f"zfuse: error: {error}", file=sys.stderr)
         return 1

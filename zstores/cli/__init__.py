@@ -40,6 +40,7 @@ from ._output import (
     say,
     shortened,
     visible,
+    warnings_as_lines,
 )
 
 __all__ = ["main"]
@@ -117,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(build_parser(), argv)
     sigint = signal.getsignal(signal.SIGINT)  # a Ctrl-C ignores later ones; undone at the end
     try:
-        return int(args.run(args))
+        with warnings_as_lines("zstores"):
+            return int(args.run(args))
     except KeyboardInterrupt:
         return _fail(args, "stopped by Ctrl-C", EXIT_INTERRUPTED)
     except CommandError as error:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
+from ..base import Store
+from ..errors import ZStoresError
 from ._common import add_path, add_url, open_url, path_argument, shown, subcommand
 from ._output import EXIT_OK, CommandError, UsageError, human_size, plural, say, visible
 from ._tree import keys_under
@@ -51,12 +54,29 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OK
         if not args.yes and sys.stdin.isatty() and not _confirmed(what, args.url):
             raise CommandError("nothing removed")
-        if below:
-            store.rmdir(path)
-        if own_key:
-            del store[path]
+        try:
+            if below:
+                store.rmdir(path)
+            if own_key:
+                del store[path]
+        except OSError as error:
+            raise CommandError(_not_removed(error, path, store)) from error
     say(f"removed {what}")
     return EXIT_OK
+
+
+def _not_removed(error: OSError, path: str, store: Store) -> str:
+    """The failure naming the store and PATH, not the one file the OS names.
+
+    A folder store deletes relative to an open folder (``unlinkat``), so the
+    OS error names only the last part of a key (``'.zgroup'``, ``'0'``).
+    """
+    if isinstance(error, ZStoresError) or repr(store) in str(error):
+        return str(error.strerror if repr(store) in str(error.strerror) else error)
+    reason = error.strerror or str(error)
+    if error.filename is not None and os.path.isabs(str(error.filename)):
+        reason += f": {error.filename!r}"  # a whole path: worth showing
+    return f"{store!r}: cannot remove {path!r}: {reason}"
 
 
 def _confirmed(what: str, url: str) -> bool:
