@@ -479,3 +479,22 @@ def test_a_read_only_error_names_the_whole_store_and_path(read_only_copy: Path) 
     assert (done.code, done.err) == (1, (f"zstores rm: error: DirectoryStore("
                                         f"{str(read_only_copy)!r}, mode='r+'): cannot delete "
                                         "key 'g/.zattrs': Read-only file system\n"))
+
+
+def test_du_shows_zstores_own_records_apart_from_the_data(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'du.sqlite'}"
+    write_sample(url)
+    plain = zstores_cmd("du", url, "--bytes", "--json").json()
+    with zstores.open_store(url) as store:
+        store[INCOMPLETE_COPY] = b'{"src": "a.zip"}'  # 16 bytes
+    done = zstores_cmd("du", url, "--bytes")
+    assert done.code == 0
+    size_width, count_width = len(str(plain["bytes"])), len(plural(plain["keys"], "key"))
+    assert done.out.splitlines()[-2:] == [
+        f"{plain['bytes']}  {plural(plain['keys'], 'key')}  / (total)",
+        (f"{'16'.rjust(size_width)}  {'1 key'.ljust(count_width)}  "
+        ".zstores/ (zstores' own records, not in the total)")]
+    as_json = zstores_cmd("du", url, "--json").json()
+    assert as_json["children"] == plain["children"]
+    assert (as_json["bytes"], as_json["keys"]) == (plain["bytes"], plain["keys"])
+    assert as_json["reserved"] == {"path": ".zstores", "bytes": 16, "keys": 1}
