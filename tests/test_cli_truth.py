@@ -498,3 +498,35 @@ def test_du_shows_zstores_own_records_apart_from_the_data(tmp_path: Path) -> Non
     assert as_json["children"] == plain["children"]
     assert (as_json["bytes"], as_json["keys"]) == (plain["bytes"], plain["keys"])
     assert as_json["reserved"] == {"path": ".zstores", "bytes": 16, "keys": 1}
+
+
+# -------------------------------------------------------- what users expect
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["lss", "x"], ("zstores: error: argument COMMAND: invalid choice: 'lss' (choose from 'ls', "
+     "'info', 'du', 'cp', 'verify', 'rm', 'consolidate', 'migrate'); did you mean 'ls'? "
+     "(see zstores --help)")),
+    (["ls", "x", "--jsno"], ("zstores: error: unrecognized arguments: --jsno; did you mean "
+     "'--json'? (see zstores --help)")),
+    (["cp", "a", "b", "--if-exists", "overwrit"], ("zstores cp: error: argument --if-exists: "
+     "invalid choice: 'overwrit' (choose from 'skip', 'overwrite', 'error'); did you mean "
+     "'overwrite'? (see zstores cp --help)")),
+    (["frob"], ("zstores: error: argument COMMAND: invalid choice: 'frob' (choose from 'ls', "
+     "'info', 'du', 'cp', 'verify', 'rm', 'consolidate', 'migrate') (see zstores --help)")),
+])
+def test_a_mistyped_command_or_option_names_the_nearest(argv: list[str], expected: str) -> None:
+    done = zstores_cmd(*argv)
+    assert (done.code, done.out, done.err) == (2, "", expected + "\n")
+
+
+def test_zfuse_names_the_nearest_command_and_option() -> None:
+    zfuse = [str(Path(COMMAND[0]).with_name("zfuse"))] if len(COMMAND) == 1 else [
+        sys.executable, "-m", "zfuse"]
+    for argv, expected in [
+            (["moutn", "a", "b"], ("zfuse: error: argument COMMAND: invalid choice: 'moutn' "
+             "(choose from 'mount', 'unmount', 'list'); did you mean 'mount'? "
+             "(see zfuse --help)")),
+            (["list", "--jsn"], ("zfuse: error: unrecognized arguments: --jsn; did you mean "
+             "'--json'? (see zfuse --help)"))]:
+        done = subprocess.run([*zfuse, *argv], capture_output=True, text=True, check=False,
+                              timeout=120)
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", expected + "\n")

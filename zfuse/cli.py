@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from zstores.cli._output import say, visible, warnings_as_lines
+from zstores.cli._parsing import Parser
 
 from . import registry
 from ._libfuse import require_mfusepy
@@ -127,13 +128,14 @@ def version_text() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="zfuse", description="Show a zstores store as a folder (FUSE).",
         epilog=_MAIN_EXAMPLES, formatter_class=_FORMAT,
     )
     parser.add_argument("--version", action=_VersionAction,
                         help="show the versions of zfuse and libfuse, and exit")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=Parser)
 
     mount_cmd = commands.add_parser(
         "mount", help="mount a store URL at an empty directory",

@@ -27,7 +27,6 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
-from typing import NoReturn
 
 from . import consolidate, cp, du, info, ls, migrate, rm, verify
 from ._output import (
@@ -42,18 +41,11 @@ from ._output import (
     visible,
     warnings_as_lines,
 )
+from ._parsing import Parser
 
 __all__ = ["main"]
 
 _COMMANDS = (ls, info, du, cp, verify, rm, consolidate, migrate)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors on one line (exit status 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} "
-                              f"(see {self.prog} --help)\n")
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -66,7 +58,7 @@ def _common_options() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the whole command, every subcommand included."""
-    parser = _Parser(
+    parser = Parser(
         prog="zstores",
         description="Look into, copy, check and repair Zarr stores of any zstores backend "
         "(folder, zip, dbm, lmdb, sqlite, redis, mongodb ...), chosen by URL or path.",
@@ -78,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"zstores {_version()}",
                         help="show the version of zstores and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     parser_class=_Parser)
+                                     parser_class=Parser)
     common = _common_options()
     for module in _COMMANDS:
         module.add_parser(commands, common)
@@ -133,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGINT, sigint)
 
 
-def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+def _parse(parser: Parser, argv: list[str]) -> argparse.Namespace:
     """The arguments, with PATH allowed after options (``cp A B --jobs 4 PATH``).
 
     argparse takes a command's positionals in one run, so an optional PATH
@@ -144,7 +136,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     if len(extra) == 1 and not extra[0].startswith("-") and getattr(args, "path", None) == "":
         args.path = extra[0]
     elif extra:
-        parser.parse_args(argv)  # the usage error argparse gives, exit status 2
+        parser.error(parser.unrecognized(args, extra))  # exit status 2
     return args
 
 
