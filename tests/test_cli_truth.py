@@ -530,3 +530,49 @@ def test_zfuse_names_the_nearest_command_and_option() -> None:
         done = subprocess.run([*zfuse, *argv], capture_output=True, text=True, check=False,
                               timeout=120)
         assert (done.returncode, done.stdout, done.stderr) == (2, "", expected + "\n")
+
+
+def test_every_subcommand_has_json() -> None:
+    from zstores.cli import build_parser
+
+    subcommands = next(action for action in build_parser()._actions
+                       if isinstance(action, __import__("argparse")._SubParsersAction))
+    missing = [name for name, parser in subcommands.choices.items()
+               if "--json" not in parser._option_string_actions]
+    assert missing == []
+
+
+def test_json_of_cp_rm_consolidate_and_migrate_is_exact(tmp_path: Path) -> None:
+    src, dst = f"sqlite://{tmp_path / 's.sqlite'}", str(tmp_path / "copy")
+    written = write_sample(src)
+    total = sum(map(len, written.values()))
+    copied = zstores_cmd("cp", src, dst, "--json")
+    assert (copied.code, copied.err) == (0, "")
+    assert copied.json() == {
+        "src": src, "dst": dst, "path": "", "keys": len(written),
+        "copied": {"keys": len(written), "bytes": total}, "skipped": {"keys": 0, "bytes": 0},
+        "verified": {"keys": len(written), "bytes": total}, "vanished": 0,
+        "complete": True, "problems": []}
+    with zstores.open_store(dst) as store:
+        store["g/.zattrs"] = b'{"units": "C"}'
+    again = zstores_cmd("cp", src, dst, "g", "--json")
+    assert again.code == 1 and again.err == ""
+    assert again.json()["problems"] == [{"key": "g/.zattrs", "problem": (
+        "exists in DST with a different value; left alone (--if-exists overwrite replaces it)")}]
+    consolidated = zstores_cmd("consolidate", dst, "--json")
+    assert (consolidated.code, consolidated.json()) == (0, {"url": dst, "written": [
+        {"key": ".zmetadata", "zarr_format": 2, "documents": 5}]})
+    planned = zstores_cmd("migrate", dst, "--to", "3", "--dry-run", "--json")
+    plan = planned.json()
+    assert planned.code == 0 and sorted(plan["written"]) == [
+        "counts/zarr.json", "g/temp/zarr.json", "g/zarr.json", "zarr.json"]
+    assert plan["written"]["g/zarr.json"] == {
+        "zarr_format": 3, "node_type": "group", "attributes": {"units": "C"}}
+    assert (plan["arrays"], plan["groups"], plan["removed"]) == (2, 2, [])
+    size = sum(len(value) for key, value in written.items() if key.startswith("g/")) \
+        - len(written["g/.zattrs"]) + len(b'{"units": "C"}')
+    for flag, removed in (["--dry-run"], False), ([], True):
+        done = zstores_cmd("rm", dst, "g", "--json", *flag)
+        assert (done.code, done.json()) == (0, {"url": dst, "path": "g",
+                                                "keys": 19, "bytes": size,
+                                                "removed": removed})

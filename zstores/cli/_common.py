@@ -18,7 +18,8 @@ from ..metadata import MetadataError, load_json
 from ..urls import open_store, redact_url
 from ._output import UsageError
 
-__all__ = ["INCOMPLETE_COPY", "Pool", "add_jobs", "add_path", "add_progress", "add_url",
+__all__ = ["INCOMPLETE_COPY", "Pool", "add_jobs", "add_json", "add_path", "add_progress",
+           "add_url",
            "batches", "incomplete_copy", "open_url", "path_argument", "shown", "subcommand"]
 
 #: The key ``zstores cp`` writes into its destination first and deletes once every key
@@ -49,6 +50,12 @@ def add_path(parser: argparse.ArgumentParser, required: bool = False) -> None:
     else:
         parser.add_argument("path", metavar="PATH", nargs="?", default="",
                             help="a path inside the store (default: the root)")
+
+
+def add_json(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """``--json``: the report as one JSON document on stdout, exact (no escaping)."""
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON for scripts" + (f" ({what})" if what else ""))
 
 
 def add_jobs(parser: argparse.ArgumentParser) -> None:

@@ -9,8 +9,17 @@ from typing import Any
 
 from ..base import Store
 from ..errors import ZStoresError
-from ._common import add_path, add_url, open_url, path_argument, shown, subcommand
-from ._output import EXIT_OK, CommandError, UsageError, human_size, plural, say, visible
+from ._common import add_json, add_path, add_url, open_url, path_argument, shown, subcommand
+from ._output import (
+    EXIT_OK,
+    CommandError,
+    UsageError,
+    human_size,
+    plural,
+    print_json,
+    say,
+    visible,
+)
 from ._tree import keys_under
 
 __all__ = ["add_parser", "run"]
@@ -24,7 +33,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "terminal it first says how many keys and bytes will go and asks (--yes does not "
         "ask); elsewhere (a script, a pipe) it does not ask.  --dry-run only says.",
         examples=["zstores rm data.zip results/old", ("zstores rm sqlite:///data/run1.sqlite "
-                  "temperature/.zattrs")],
+                  "temperature/.zattrs"), "zstores rm data.lmdb results/old --dry-run --json"],
     )
     add_url(parser)
     add_path(parser, required=True)
@@ -33,6 +42,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("-y", "--yes", action="store_true",
                         help="do not ask (on a terminal rm says what will go and asks first; "
                         "not on a terminal it never asks)")
+    add_json(parser, "path, keys, bytes and whether they were removed")
     parser.set_defaults(run=run)
 
 
@@ -48,9 +58,15 @@ def run(args: argparse.Namespace) -> int:
         size = store.getsize(path)  # the key's size if it is one, else the prefix total
         if own_key and below:  # a key that is also a prefix (key/value backends)
             size += store.getsize_prefix(path)
-        what = f"{plural(len(below) + own_key, 'key')} ({human_size(size)}) at {path}"
+        count = len(below) + own_key
+        what = f"{plural(count, 'key')} ({human_size(size)}) at {path}"
+        report = {"url": shown(args.url), "path": path, "keys": count, "bytes": size,
+                  "removed": False}
         if args.dry_run:
-            say(f"would remove {what}; nothing removed (--dry-run)")
+            if args.json:
+                print_json(report)
+            else:
+                say(f"would remove {what}; nothing removed (--dry-run)")
             return EXIT_OK
         if not args.yes and sys.stdin.isatty() and not _confirmed(what, args.url):
             raise CommandError("nothing removed")
@@ -61,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
                 del store[path]
         except OSError as error:
             raise CommandError(_not_removed(error, path, store)) from error
-    say(f"removed {what}")
+    if args.json:
+        print_json({**report, "removed": True})
+    else:
+        say(f"removed {what}")
     return EXIT_OK
 
 
