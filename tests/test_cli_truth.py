@@ -576,3 +576,69 @@ def test_json_of_cp_rm_consolidate_and_migrate_is_exact(tmp_path: Path) -> None:
         assert (done.code, done.json()) == (0, {"url": dst, "path": "g",
                                                 "keys": 19, "bytes": size,
                                                 "removed": removed})
+
+
+def _with_a_terminal(*argv: str, stream: str = "stdout") -> tuple[int, str, str]:
+    """``zstores ARGV`` with ``stream`` (stdout or stderr) a terminal: status, that, the other.
+
+    The terminal's text comes back with its line ends as written (``\\r\\n``
+    turned back into ``\\n``).
+    """
+    leader, follower = pty.openpty()
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, stream: follower}
+    try:
+        process = subprocess.Popen([*COMMAND, *argv], stdin=subprocess.DEVNULL, **streams)
+        os.close(follower)
+        seen = bytearray()
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # EIO: the command closed the terminal (it exited)
+                break
+            if not data:
+                break
+            seen += data
+        out, err = process.communicate(timeout=300)
+    finally:
+        os.close(leader)
+    other = (err if stream == "stdout" else out).decode()
+    return process.returncode, seen.decode().replace("\r\n", "\n"), other
+
+
+def test_cat_writes_bytes_exactly_to_a_pipe_and_escapes_them_on_a_terminal(
+        tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'cat.sqlite'}"
+    with zstores.open_store(url, mode="w") as store:
+        zstores.init_group(store, path="g")
+        store["note"] = b"hello\x1b[2J\nsecond\n"
+        store["g/0.0"] = b"\x00\xff\xfe"
+    piped = subprocess.run([*COMMAND, "cat", url, "g/0.0"], capture_output=True, check=False,
+                           timeout=300)
+    assert (piped.returncode, piped.stdout, piped.stderr) == (0, b"\x00\xff\xfe", b"")
+    assert _with_a_terminal("cat", url, "note") == (0, "hello\\x1b[2J\nsecond\n", "")
+    assert _with_a_terminal("cat", url, "g/0.0") == (1, "", (
+        "zstores cat: error: g/0.0 holds 3 B of binary data, not shown on a terminal; "
+        "redirect it: zstores cat URL KEY > FILE\n"))
+    node = zstores_cmd("cat", url, "g")  # a group: its metadata document
+    assert (node.code, node.out) == (0, '{\n    "zarr_format": 2\n}')
+    assert zstores_cmd("cat", url, "g", "--json").json() == {"zarr_format": 2}
+    missing = zstores_cmd("cat", url, "nope")
+    assert (missing.code, missing.err) == (
+        1, f"zstores cat: error: no key and no array or group at 'nope' in {url}\n")
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_attrs_prints_a_nodes_attributes_in_either_format(tmp_path: Path,
+                                                         zarr_format: int) -> None:
+    folder = str(tmp_path / "attrs")
+    group = zarr.open_group(folder, mode="w", zarr_format=zarr_format)
+    array = group.create_array("t", shape=(2,), dtype="i1")
+    array.attrs.update({"units": "K", "note": "two\nlines \u202e"})
+    done = zstores_cmd("attrs", folder, "t")
+    assert (done.code, done.out) == (0, 'units: "K"\nnote: "two\\nlines \\u202e"\n')
+    exact = zstores_cmd("attrs", folder, "t", "--json")
+    assert exact.json() == {"units": "K", "note": "two\nlines \u202e"}
+    assert zstores_cmd("attrs", folder).out == "(no attributes)\n"
+    missing = zstores_cmd("attrs", folder, "nope")
+    assert (missing.code, missing.err) == (
+        1, f"zstores attrs: error: no array or group at 'nope' in {folder}\n")

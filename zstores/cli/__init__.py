@@ -4,6 +4,8 @@
 
     zstores ls URL [PATH] [-r] [--json]
     zstores info URL [PATH] [--json]
+    zstores attrs URL [PATH] [--json]
+    zstores cat URL PATH [--json]
     zstores du URL [PATH] [--bytes] [--json]
     zstores cp SRC DST [PATH] [--jobs N] [--if-exists skip|overwrite|error]
     zstores verify URL [PATH] [--jobs N] [--json]
@@ -28,7 +30,7 @@ import threading
 import traceback
 from collections.abc import Sequence
 
-from . import consolidate, cp, du, info, ls, migrate, rm, verify
+from . import attrs, cat, consolidate, cp, du, info, ls, migrate, rm, verify
 from ._output import (
     EXIT_INTERRUPTED,
     EXIT_PROBLEMS,
@@ -45,7 +47,7 @@ from ._parsing import Parser
 
 __all__ = ["main"]
 
-_COMMANDS = (ls, info, du, cp, verify, rm, consolidate, migrate)
+_COMMANDS = (ls, info, attrs, cat, du, cp, verify, rm, consolidate, migrate)
 
 
 def _common_options() -> argparse.ArgumentParser:
