@@ -584,7 +584,14 @@ def _with_a_terminal(*argv: str, stream: str = "stdout") -> tuple[int, str, str]
     The terminal's text comes back with its line ends as written (``\\r\\n``
     turned back into ``\\n``).
     """
+    import fcntl
+    import struct
+    import termios
+
     leader, follower = pty.openpty()
+    # 24 rows of 80 columns, as a terminal window has (a new pty has 0 columns,
+    # in which tqdm draws nothing)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, stream: follower}
     try:
         process = subprocess.Popen([*COMMAND, *argv], stdin=subprocess.DEVNULL, **streams)
@@ -642,3 +649,23 @@ def test_attrs_prints_a_nodes_attributes_in_either_format(tmp_path: Path,
     missing = zstores_cmd("attrs", folder, "nope")
     assert (missing.code, missing.err) == (
         1, f"zstores attrs: error: no array or group at 'nope' in {folder}\n")
+
+
+def test_rm_and_du_show_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    from zstores.cli.rm import PROGRESS_FROM
+
+    url = f"sqlite://{tmp_path / 'many.sqlite'}"
+    count = PROGRESS_FROM + 200
+    with zstores.open_store(url, mode="w") as store:
+        store.setitems({f"big/{i}": b"x" for i in range(count)} | {"small/a": b"y"})
+    code, bar, out = _with_a_terminal("du", url, stream="stderr")
+    assert code == 0 and "sizing:" in bar and "/2 " in bar  # redrawn at most 10 times a second
+    assert out.splitlines()[-1].endswith(f"{plural(count + 1, 'key')}  / (total)")
+    assert zstores_cmd("du", url).err == ""  # not a terminal: no bar
+    code, bar, out = _with_a_terminal("rm", url, "big", "--yes", stream="stderr")
+    assert code == 0 and "removing:" in bar and f"/{count} " in bar
+    assert out == f"removed {plural(count, 'key')} ({human_size(count)}) at big\n"
+    with zstores.open_store(url, mode="r") as store:
+        assert list(store) == ["small/a"]
+    quiet = zstores_cmd("rm", url, "small", "--yes")
+    assert (quiet.code, quiet.err) == (0, "")

@@ -8,8 +8,25 @@ from typing import Any
 
 from ..base import Store
 from ..keys import RESERVED_PREFIX
-from ._common import add_path, add_url, open_url, path_argument, shown, subcommand
-from ._output import EXIT_OK, CommandError, human_size, plural, print_json, say
+from ._common import (
+    add_path,
+    add_progress,
+    add_url,
+    open_url,
+    path_argument,
+    shown,
+    subcommand,
+)
+from ._output import (
+    EXIT_OK,
+    CommandError,
+    human_size,
+    plural,
+    print_json,
+    progress_bar,
+    progress_wanted,
+    say,
+)
 from ._tree import join, key_prefix, keys_under, read_nodes
 
 __all__ = ["add_parser", "run"]
@@ -32,13 +49,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--bytes", action="store_true",
                         help="print sizes as exact byte counts instead of KiB/MiB/GiB")
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    add_progress(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     path = path_argument(args.path)
     with open_url(args.url, "r") as store:
-        rows = _usage(store, path)
+        rows = _usage(store, path, progress_wanted(args.progress))
         own_key = bool(path) and path in store
         own_size = store.getsize(path) if own_key else 0
     if path and not rows and not own_key:
@@ -71,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _usage(store: Store, path: str) -> list[dict[str, Any]]:
-    """One row per child: name, path, type, bytes and keys."""
+def _usage(store: Store, path: str, show: bool = False) -> list[dict[str, Any]]:
+    """One row per child: name, path, type, bytes and keys (a bar per child sized if ``show``)."""
     prefix = key_prefix(store, path)
     counts: Counter[str] = Counter()
     is_key: set[str] = set()
@@ -86,7 +104,10 @@ def _usage(store: Store, path: str) -> list[dict[str, Any]]:
     nodes = read_nodes(store, [join(path, name) for name in folders])
     kinds = {node.name: node.kind for node in nodes}
     rows = []
+    # One getsize per child (a listing or a sum on most backends): the slow part.
+    bar = progress_bar(show, len(names), "sizing", "child")
     for name in names:
+        bar.update()
         child = join(path, name)
         below = counts[name] - (name in is_key)
         size = store.getsize(child)  # the key's size if it is one, else the prefix total
@@ -97,4 +118,5 @@ def _usage(store: Store, path: str) -> list[dict[str, Any]]:
             kind = "reserved"
         rows.append({"name": name, "path": child, "type": "prefix" if kind == "other" else kind,
                      "bytes": size, "keys": counts[name]})
+    bar.close()
     return rows

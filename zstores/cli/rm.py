@@ -9,7 +9,17 @@ from typing import Any
 
 from ..base import Store
 from ..errors import ZStoresError
-from ._common import add_json, add_path, add_url, open_url, path_argument, shown, subcommand
+from ._common import (
+    add_json,
+    add_path,
+    add_progress,
+    add_url,
+    batches,
+    open_url,
+    path_argument,
+    shown,
+    subcommand,
+)
 from ._output import (
     EXIT_OK,
     CommandError,
@@ -17,6 +27,8 @@ from ._output import (
     human_size,
     plural,
     print_json,
+    progress_bar,
+    progress_wanted,
     say,
     visible,
 )
@@ -42,6 +54,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("-y", "--yes", action="store_true",
                         help="do not ask (on a terminal rm says what will go and asks first; "
                         "not on a terminal it never asks)")
+    add_progress(parser)
     add_json(parser, "path, keys, bytes and whether they were removed")
     parser.set_defaults(run=run)
 
@@ -72,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError("nothing removed")
         try:
             if below:
-                store.rmdir(path)
+                _remove_below(store, path, below, progress_wanted(args.progress))
             if own_key:
                 del store[path]
         except OSError as error:
@@ -82,6 +95,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         say(f"removed {what}")
     return EXIT_OK
+
+
+#: Keys from which ``rm`` shows a progress bar (deleting them in batches);
+#: fewer go in one ``rmdir``, which some backends do in one request.
+PROGRESS_FROM = 1_000
+_BATCH = 500
+
+
+def _remove_below(store: Store, path: str, below: list[str], show: bool) -> None:
+    """Delete every key under PATH: one ``rmdir``, or batches with a bar for many keys."""
+    if not show or len(below) < PROGRESS_FROM:
+        store.rmdir(path)
+        return
+    bar = progress_bar(True, len(below), "removing", "key")
+    try:
+        for batch in batches(below, _BATCH):
+            store.delitems(batch)
+            bar.update(len(batch))
+        store.rmdir(path)  # what the batches left: empty folders, keys added meanwhile
+    finally:
+        bar.close()
 
 
 def _not_removed(error: OSError, path: str, store: Store) -> str:
