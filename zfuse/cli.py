@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK: argcomplete's global completion looks for this mark
 """The ``zfuse`` command: mount a store URL as a folder, and unmount it.
 
 ::
@@ -33,6 +34,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from zstores.cli._completion import complete, directory_completer, url_completer
 from zstores.cli._output import say, visible, warnings_as_lines
 from zstores.cli._parsing import Parser
 
@@ -144,11 +146,14 @@ def _parser() -> argparse.ArgumentParser:
         "unless --foreground is given.",
         epilog=_MOUNT_EXAMPLES, formatter_class=_FORMAT,
     )
-    mount_cmd.add_argument("url", metavar="URL",
+    url = mount_cmd.add_argument("url", metavar="URL",
                            help="the store URL, or a path; '-' reads it from standard input "
                            "(a URL with a password or key on the command line shows to every "
                            "user of the machine in ps, for the daemon's whole life)")
-    mount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
+    url.completer = url_completer  # type: ignore[attr-defined]  # argcomplete's protocol
+    mountpoint = mount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT",
+                                        help="an existing empty directory")
+    mountpoint.completer = directory_completer  # type: ignore[attr-defined]
     mount_cmd.add_argument("--read-only", action="store_true",
                            help="open the store read-only and refuse every change (EROFS)")
     mount_cmd.add_argument("--create", action="store_true",
@@ -176,7 +181,8 @@ def _parser() -> argparse.ArgumentParser:
                                       description="Unmount MOUNTPOINT (also after the "
                                       "daemon died) and wait for the daemon to close the store.",
                                       epilog=_UNMOUNT_EXAMPLES, formatter_class=_FORMAT)
-    unmount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT")
+    mounted = unmount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT")
+    mounted.completer = _mounted  # type: ignore[attr-defined]
     unmount_cmd.add_argument("--lazy", action="store_true",
                              help="detach now even if busy; released when the last file closes")
 
@@ -192,6 +198,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _mounted(prefix: str, **_: Any) -> list[str]:
+    """The mount points of zfuse mounts (what ``zfuse unmount`` can take)."""
+    return [info.mountpoint for info in registry.mounts() if info.mountpoint.startswith(prefix)]
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -204,7 +215,9 @@ def _seconds(text: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``zfuse`` command; return its exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    complete(parser)  # a shell asking for completions is answered here (and exits)
+    args = parser.parse_args(argv)
     try:
         with warnings_as_lines("zfuse"):
             if args.command == "unmount":

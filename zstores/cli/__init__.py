@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK: argcomplete's global completion looks for this mark
 """The ``zstores`` command: look into, copy, check and repair stores from the shell.
 
 ::
@@ -31,6 +32,7 @@ import traceback
 from collections.abc import Sequence
 
 from . import attrs, cat, consolidate, cp, du, info, ls, migrate, rm, verify
+from ._completion import complete
 from ._output import (
     EXIT_INTERRUPTED,
     EXIT_PROBLEMS,
@@ -109,7 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parse(build_parser(), argv)
+    parser = build_parser()
+    complete(parser)  # a shell asking for completions is answered here (and exits)
+    args = _parse(parser, argv)
     sigint = signal.getsignal(signal.SIGINT)  # a Ctrl-C ignores later ones; undone at the end
     try:
         with warnings_as_lines("zstores"):

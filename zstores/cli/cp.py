@@ -81,7 +81,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     add_url(parser, "src", "the store to copy from")
     add_url(parser, "dst", "the store to copy to (created if missing)")
-    add_path(parser)
+    add_path(parser, store="src")
     add_jobs(parser)
     parser.add_argument(
         "--if-exists", choices=("skip", "overwrite", "error"), default="skip",
