@@ -669,3 +669,66 @@ def test_rm_and_du_show_progress_on_a_terminal_only(tmp_path: Path) -> None:
         assert list(store) == ["small/a"]
     quiet = zstores_cmd("rm", url, "small", "--yes")
     assert (quiet.code, quiet.err) == (0, "")
+
+
+def _zarr_json(**fields: object) -> bytes:
+    document: dict[str, object] = {
+        "zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "int32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "fill_value": 0, "attributes": {}}
+    document.update(fields)
+    return json.dumps(document).encode()
+
+
+_V3_FIELD_VALUES = {
+    "node_type": ["array", "group", "x", None],
+    "shape": [[4], [0], [-100], [4, 4], "x", [4.5]],
+    "data_type": ["int32", "uint8", "float64", "nonsense", 5, {"name": "x"}],
+    "chunk_grid": [{"name": "regular", "configuration": {"chunk_shape": [-1]}},
+                   {"name": "irregular"}, {"name": "regular", "configuration": {}},
+                   {"name": "regular", "configuration": {"chunk_shape": [2, 2]}}, "x"],
+    "chunk_key_encoding": [{"name": "v2"}, {"name": "nosuch"}, {"name": "default",
+                           "configuration": {"separator": "x"}}, None],
+    "codecs": [[], [{"name": "bytes"}], [{"name": "nosuch"}], "x",
+               [{"name": "bytes"}, {"name": "gzip", "configuration": {"level": 1}}]],
+    "fill_value": [0, None, "abc", 1e300, "NaN", [1]],
+    "attributes": [{}, [], "x"],
+    "zarr_format": [3, 2, "3"],
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=st.fixed_dictionaries({}, optional={
+    name: st.sampled_from(values) for name, values in _V3_FIELD_VALUES.items()}),
+    text=st.one_of(st.none(), st.text(max_size=20)))
+def test_malformed_zarr_json_never_gives_a_traceback(changes: dict[str, object],
+                                                     text: str | None) -> None:
+    """verify, info and migrate on a random broken zarr.json: a verdict, never a traceback.
+
+    ``text``, when drawn, replaces the document with arbitrary text (often
+    not JSON at all).  The store also holds a valid v2 ``.zarray`` beside
+    it, as an interrupted ``migrate --to 3`` leaves: migrate either refuses
+    (exit 1) or writes a ``zarr.json`` verify accepts.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        store = zstores.DirectoryStore(folder)
+        zstores.init_group(store)
+        store["x/zarr.json"] = _zarr_json(**changes) if text is None else text.encode()
+        for command in (["verify", folder], ["info", folder, "x"], ["ls", folder, "-r"],
+                        ["attrs", folder, "x"]):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                code, _ = _run_in_process(*command)
+            assert code in (0, 1) and "Error: " not in err.getvalue(), (command, err.getvalue())
+        store["x/.zarray"] = _zarray()
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code, _ = _run_in_process("migrate", folder, "--to", "3")
+        assert code in (0, 1) and "Error: " not in err.getvalue(), err.getvalue()
+        if code == 0:  # what it wrote, verify accepts
+            del store["x/.zarray"], store[".zgroup"]
+            verdict, lines = _run_in_process("verify", folder, "--json")
+            problems = json.loads("\n".join(lines))["problems"]
+            assert verdict == 0, problems
