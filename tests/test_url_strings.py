@@ -529,3 +529,24 @@ for _scheme in ("lmdb", "sqlite"):
     _name = f"TestZarrSuiteThroughURL_{_scheme}"
     globals()[_name] = run_async_tests(type(_name, (FsspecSuite,), {"scheme": _scheme}))
 del _scheme, _name
+
+
+# --------------------------------------------------------- default engines
+def test_gs_urls_default_to_the_engine_tested_against_the_emulator():
+    """``gs://`` without ``via`` is gcsfs, which fake-gcs-server serves; obstore is opt-in."""
+    from urllib.parse import urlencode
+
+    from object_urls import GCS_TOKEN, new_gcs_bucket
+
+    endpoint = os.environ.get("ZSTORES_TEST_GCS_ENDPOINT")
+    if not endpoint:
+        pytest.skip("ZSTORES_TEST_GCS_ENDPOINT is not set: no GCS emulator (scripts/services)")
+    bucket = new_gcs_bucket(endpoint)
+    query = urlencode({"endpoint_url": endpoint, "token": GCS_TOKEN})
+    with open_store(f"gs://{bucket}/run1?{query}", mode="w") as store:
+        assert store.via == "fsspec"
+        store["a/.zgroup"] = b'{"zarr_format": 2}'
+    with open_store(f"gs://{bucket}/run1?{query}", mode="r") as store:
+        assert store["a/.zgroup"] == b'{"zarr_format": 2}'
+    with pytest.raises(ValueError, match="invalid via .boto.: expected one of obstore, fsspec"):
+        open_store(f"gs://{bucket}/run1?{query}&via=boto")
