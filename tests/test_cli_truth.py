@@ -616,6 +616,7 @@ def test_cat_writes_bytes_exactly_to_a_pipe_and_escapes_them_on_a_terminal(
         tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path / 'cat.sqlite'}"
     with zstores.open_store(url, mode="w") as store:
+        zstores.init_group(store)
         zstores.init_group(store, path="g")
         store["note"] = b"hello\x1b[2J\nsecond\n"
         store["g/0.0"] = b"\x00\xff\xfe"
@@ -628,6 +629,7 @@ def test_cat_writes_bytes_exactly_to_a_pipe_and_escapes_them_on_a_terminal(
         "redirect it: zstores cat URL KEY > FILE\n"))
     node = zstores_cmd("cat", url, "g")  # a group: its metadata document
     assert (node.code, node.out) == (0, '{\n    "zarr_format": 2\n}')
+    assert zstores_cmd("cat", url, "/").out == node.out  # the root's
     assert zstores_cmd("cat", url, "g", "--json").json() == {"zarr_format": 2}
     missing = zstores_cmd("cat", url, "nope")
     assert (missing.code, missing.err) == (

@@ -50,7 +50,7 @@ def value_of(store: Store, path: str, url: str) -> tuple[str, bytes]:
     >>> value_of(store, "g", "memory://")
     ('g/.zgroup', b'{\\n    "zarr_format": 2\\n}')
     """
-    value = store.get(path)
+    value = store.get(path) if path else None  # the root is no key: its document
     if value is not None:
         return path, bytes(value)
     for name in NODE_NAMES:
@@ -58,7 +58,7 @@ def value_of(store: Store, path: str, url: str) -> tuple[str, bytes]:
         value = store.get(key)
         if value is not None:
             return key, bytes(value)
-    raise CommandError(f"no key and no array or group at {path!r} in {shown(url)}")
+    raise CommandError(f"no key and no array or group at {path or '/'!r} in {shown(url)}")
 
 
 def run(args: argparse.Namespace) -> int:
