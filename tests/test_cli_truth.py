@@ -503,15 +503,16 @@ def test_du_shows_zstores_own_records_apart_from_the_data(tmp_path: Path) -> Non
 # -------------------------------------------------------- what users expect
 @pytest.mark.parametrize(("argv", "expected"), [
     (["lss", "x"], ("zstores: error: argument COMMAND: invalid choice: 'lss' (choose from 'ls', "
-     "'info', 'du', 'cp', 'verify', 'rm', 'consolidate', 'migrate'); did you mean 'ls'? "
-     "(see zstores --help)")),
+     "'info', 'attrs', 'cat', 'du', 'cp', 'verify', 'rm', 'consolidate', 'migrate'); "
+     "did you mean 'ls'? (see zstores --help)")),
     (["ls", "x", "--jsno"], ("zstores: error: unrecognized arguments: --jsno; did you mean "
      "'--json'? (see zstores --help)")),
     (["cp", "a", "b", "--if-exists", "overwrit"], ("zstores cp: error: argument --if-exists: "
      "invalid choice: 'overwrit' (choose from 'skip', 'overwrite', 'error'); did you mean "
      "'overwrite'? (see zstores cp --help)")),
     (["frob"], ("zstores: error: argument COMMAND: invalid choice: 'frob' (choose from 'ls', "
-     "'info', 'du', 'cp', 'verify', 'rm', 'consolidate', 'migrate') (see zstores --help)")),
+     "'info', 'attrs', 'cat', 'du', 'cp', 'verify', 'rm', 'consolidate', 'migrate') "
+     "(see zstores --help)")),
 ])
 def test_a_mistyped_command_or_option_names_the_nearest(argv: list[str], expected: str) -> None:
     done = zstores_cmd(*argv)
