@@ -8,17 +8,18 @@
     zstores attrs URL [PATH] [--json]
     zstores cat URL PATH [--json]
     zstores du URL [PATH] [--bytes] [--json]
-    zstores cp SRC DST [PATH] [--jobs N] [--if-exists skip|overwrite|error]
-    zstores verify URL [PATH] [--jobs N] [--json]
-    zstores rm URL PATH
-    zstores consolidate URL
-    zstores migrate URL [--to 2|3] [--dry-run] [--remove-v2-metadata]
+    zstores cp SRC DST [PATH] [--jobs N] [--if-exists skip|overwrite|error] [--json]
+    zstores verify URL [PATH] [--jobs N] [--against SRC] [--json]
+    zstores rm URL PATH [--dry-run] [--yes] [--json]
+    zstores consolidate URL [--json]
+    zstores migrate URL [--to 2|3] [--dry-run] [--skip-broken] [--remove-v2-metadata] [--json]
     zstores --version
 
 Every subcommand takes a store URL as ``zstores.open_store`` does (a plain
 path picks the backend by its ending).  Exit status: 0 all well, 1 problems
-found or the operation failed, 2 usage error, 130 interrupted (Ctrl-C).
-Errors are one line on stderr; ``--debug`` adds the traceback.
+found or the operation failed, 2 usage error (a mistyped name gets a "did
+you mean"), 130 interrupted (Ctrl-C).  Errors and warnings are one line on
+stderr; ``--debug`` adds the traceback.  Shell completion: ``_completion``.
 """
 
 from __future__ import annotations
