@@ -432,3 +432,306 @@ def test_a_key_the_destination_refuses_is_one_short_line_and_exit_1(tmp_path: Pa
     said = "folder refuses a key of SRC: invalid key 'a/xxxxxxxxx"
     assert done.err.startswith("zstores cp: error: ") and said in done.err
     assert "may be at most 255 bytes" in done.err
+
+
+def test_a_warning_is_one_line_without_a_source_path(tmp_path: Path) -> None:
+    src, dst = str(tmp_path / "s.sqlite"), tmp_path / "c.zip"
+    write_sample(src)
+    assert zstores_cmd("cp", src, str(dst)).code == 0
+    with dst.open("ab") as archive:  # what a copy killed before close() leaves
+        archive.write(b"x" * 23)
+    done = zstores_cmd("cp", src, str(dst), "--if-exists", "overwrite")
+    assert done.code == 0
+    assert done.err_lines == [
+        (f"zstores: warning: ZipStore({str(dst)!r}, mode='a'): 23 bytes after the archive's "
+        "last central directory are ignored (a writer stopped before flush() or close(), or "
+        "the file is damaged); the archive reads as that directory says")]
+
+
+@pytest.fixture
+def read_only_copy(tmp_path: Path):
+    """A sample folder store, and the path of the same store on a read-only bind mount."""
+    import shutil
+
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    ro.mkdir()
+    write_sample(str(src / "dir"))
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("needs root and mount(8) for a read-only bind mount")
+    made = subprocess.run(["mount", "--bind", str(src), str(ro)], check=False,
+                          capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"bind mount refused: {made.stderr.decode().strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=True,
+                       capture_output=True)
+        yield ro / "dir"
+    finally:
+        subprocess.run(["umount", "--lazy", str(ro)], check=True, capture_output=True)
+
+
+def test_a_read_only_error_names_the_whole_store_and_path(read_only_copy: Path) -> None:
+    done = zstores_cmd("rm", str(read_only_copy), "g", "--yes")
+    assert (done.code, done.err) == (1, (f"zstores rm: error: DirectoryStore("
+                                        f"{str(read_only_copy)!r}, mode='r+'): cannot remove "
+                                        "'g': Read-only file system\n"))
+    done = zstores_cmd("rm", str(read_only_copy), "g/.zattrs", "--yes")
+    assert (done.code, done.err) == (1, (f"zstores rm: error: DirectoryStore("
+                                        f"{str(read_only_copy)!r}, mode='r+'): cannot delete "
+                                        "key 'g/.zattrs': Read-only file system\n"))
+
+
+def test_du_shows_zstores_own_records_apart_from_the_data(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'du.sqlite'}"
+    write_sample(url)
+    plain = zstores_cmd("du", url, "--bytes", "--json").json()
+    with zstores.open_store(url) as store:
+        store[INCOMPLETE_COPY] = b'{"src": "a.zip"}'  # 16 bytes
+    done = zstores_cmd("du", url, "--bytes")
+    assert done.code == 0
+    size_width, count_width = len(str(plain["bytes"])), len(plural(plain["keys"], "key"))
+    assert done.out.splitlines()[-2:] == [
+        f"{plain['bytes']}  {plural(plain['keys'], 'key')}  / (total)",
+        (f"{'16'.rjust(size_width)}  {'1 key'.ljust(count_width)}  "
+        ".zstores/ (zstores' own records, not in the total)")]
+    as_json = zstores_cmd("du", url, "--json").json()
+    assert as_json["children"] == plain["children"]
+    assert (as_json["bytes"], as_json["keys"]) == (plain["bytes"], plain["keys"])
+    assert as_json["reserved"] == {"path": ".zstores", "bytes": 16, "keys": 1}
+
+
+# -------------------------------------------------------- what users expect
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["lss", "x"], ("zstores: error: argument COMMAND: invalid choice: 'lss' (choose from 'ls', "
+     "'info', 'attrs', 'cat', 'du', 'cp', 'verify', 'rm', 'consolidate', 'migrate'); "
+     "did you mean 'ls'? (see zstores --help)")),
+    (["ls", "x", "--jsno"], ("zstores: error: unrecognized arguments: --jsno; did you mean "
+     "'--json'? (see zstores --help)")),
+    (["cp", "a", "b", "--if-exists", "overwrit"], ("zstores cp: error: argument --if-exists: "
+     "invalid choice: 'overwrit' (choose from 'skip', 'overwrite', 'error'); did you mean "
+     "'overwrite'? (see zstores cp --help)")),
+    (["frob"], ("zstores: error: argument COMMAND: invalid choice: 'frob' (choose from 'ls', "
+     "'info', 'attrs', 'cat', 'du', 'cp', 'verify', 'rm', 'consolidate', 'migrate') "
+     "(see zstores --help)")),
+])
+def test_a_mistyped_command_or_option_names_the_nearest(argv: list[str], expected: str) -> None:
+    done = zstores_cmd(*argv)
+    assert (done.code, done.out, done.err) == (2, "", expected + "\n")
+
+
+def test_zfuse_names_the_nearest_command_and_option() -> None:
+    zfuse = [str(Path(COMMAND[0]).with_name("zfuse"))] if len(COMMAND) == 1 else [
+        sys.executable, "-m", "zfuse"]
+    for argv, expected in [
+            (["moutn", "a", "b"], ("zfuse: error: argument COMMAND: invalid choice: 'moutn' "
+             "(choose from 'mount', 'unmount', 'list'); did you mean 'mount'? "
+             "(see zfuse --help)")),
+            (["list", "--jsn"], ("zfuse: error: unrecognized arguments: --jsn; did you mean "
+             "'--json'? (see zfuse --help)"))]:
+        done = subprocess.run([*zfuse, *argv], capture_output=True, text=True, check=False,
+                              timeout=120)
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", expected + "\n")
+
+
+def test_every_subcommand_has_json() -> None:
+    from zstores.cli import build_parser
+
+    subcommands = next(action for action in build_parser()._actions
+                       if isinstance(action, __import__("argparse")._SubParsersAction))
+    missing = [name for name, parser in subcommands.choices.items()
+               if "--json" not in parser._option_string_actions]
+    assert missing == []
+
+
+def test_json_of_cp_rm_consolidate_and_migrate_is_exact(tmp_path: Path) -> None:
+    src, dst = f"sqlite://{tmp_path / 's.sqlite'}", str(tmp_path / "copy")
+    written = write_sample(src)
+    total = sum(map(len, written.values()))
+    copied = zstores_cmd("cp", src, dst, "--json")
+    assert (copied.code, copied.err) == (0, "")
+    assert copied.json() == {
+        "src": src, "dst": dst, "path": "", "keys": len(written),
+        "copied": {"keys": len(written), "bytes": total}, "skipped": {"keys": 0, "bytes": 0},
+        "verified": {"keys": len(written), "bytes": total}, "vanished": 0,
+        "complete": True, "problems": []}
+    with zstores.open_store(dst) as store:
+        store["g/.zattrs"] = b'{"units": "C"}'
+    again = zstores_cmd("cp", src, dst, "g", "--json")
+    assert again.code == 1 and again.err == ""
+    assert again.json()["problems"] == [{"key": "g/.zattrs", "problem": (
+        "exists in DST with a different value; left alone (--if-exists overwrite replaces it)")}]
+    consolidated = zstores_cmd("consolidate", dst, "--json")
+    assert (consolidated.code, consolidated.json()) == (0, {"url": dst, "written": [
+        {"key": ".zmetadata", "zarr_format": 2, "documents": 5}]})
+    planned = zstores_cmd("migrate", dst, "--to", "3", "--dry-run", "--json")
+    plan = planned.json()
+    assert planned.code == 0 and sorted(plan["written"]) == [
+        "counts/zarr.json", "g/temp/zarr.json", "g/zarr.json", "zarr.json"]
+    assert plan["written"]["g/zarr.json"] == {
+        "zarr_format": 3, "node_type": "group", "attributes": {"units": "C"}}
+    assert (plan["arrays"], plan["groups"], plan["removed"]) == (2, 2, [])
+    size = sum(len(value) for key, value in written.items() if key.startswith("g/")) \
+        - len(written["g/.zattrs"]) + len(b'{"units": "C"}')
+    for flag, removed in (["--dry-run"], False), ([], True):
+        done = zstores_cmd("rm", dst, "g", "--json", *flag)
+        assert (done.code, done.json()) == (0, {"url": dst, "path": "g",
+                                                "keys": 19, "bytes": size,
+                                                "removed": removed})
+
+
+def _with_a_terminal(*argv: str, stream: str = "stdout") -> tuple[int, str, str]:
+    """``zstores ARGV`` with ``stream`` (stdout or stderr) a terminal: status, that, the other.
+
+    The terminal's text comes back with its line ends as written (``\\r\\n``
+    turned back into ``\\n``).
+    """
+    import fcntl
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    # 24 rows of 80 columns, as a terminal window has (a new pty has 0 columns,
+    # in which tqdm draws nothing)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, stream: follower}
+    try:
+        process = subprocess.Popen([*COMMAND, *argv], stdin=subprocess.DEVNULL, **streams)
+        os.close(follower)
+        seen = bytearray()
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # EIO: the command closed the terminal (it exited)
+                break
+            if not data:
+                break
+            seen += data
+        out, err = process.communicate(timeout=300)
+    finally:
+        os.close(leader)
+    other = (err if stream == "stdout" else out).decode()
+    return process.returncode, seen.decode().replace("\r\n", "\n"), other
+
+
+def test_cat_writes_bytes_exactly_to_a_pipe_and_escapes_them_on_a_terminal(
+        tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'cat.sqlite'}"
+    with zstores.open_store(url, mode="w") as store:
+        zstores.init_group(store)
+        zstores.init_group(store, path="g")
+        store["note"] = b"hello\x1b[2J\nsecond\n"
+        store["g/0.0"] = b"\x00\xff\xfe"
+    piped = subprocess.run([*COMMAND, "cat", url, "g/0.0"], capture_output=True, check=False,
+                           timeout=300)
+    assert (piped.returncode, piped.stdout, piped.stderr) == (0, b"\x00\xff\xfe", b"")
+    assert _with_a_terminal("cat", url, "note") == (0, "hello\\x1b[2J\nsecond\n", "")
+    assert _with_a_terminal("cat", url, "g/0.0") == (1, "", (
+        "zstores cat: error: g/0.0 holds 3 B of binary data, not shown on a terminal; "
+        "redirect it: zstores cat URL KEY > FILE\n"))
+    node = zstores_cmd("cat", url, "g")  # a group: its metadata document
+    assert (node.code, node.out) == (0, '{\n    "zarr_format": 2\n}')
+    assert zstores_cmd("cat", url, "/").out == node.out  # the root's
+    assert zstores_cmd("cat", url, "g", "--json").json() == {"zarr_format": 2}
+    missing = zstores_cmd("cat", url, "nope")
+    assert (missing.code, missing.err) == (
+        1, f"zstores cat: error: no key and no array or group at 'nope' in {url}\n")
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_attrs_prints_a_nodes_attributes_in_either_format(tmp_path: Path,
+                                                         zarr_format: int) -> None:
+    folder = str(tmp_path / "attrs")
+    group = zarr.open_group(folder, mode="w", zarr_format=zarr_format)
+    array = group.create_array("t", shape=(2,), dtype="i1")
+    array.attrs.update({"units": "K", "note": "two\nlines \u202e"})
+    done = zstores_cmd("attrs", folder, "t")
+    assert (done.code, done.out) == (0, 'units: "K"\nnote: "two\\nlines \\u202e"\n')
+    exact = zstores_cmd("attrs", folder, "t", "--json")
+    assert exact.json() == {"units": "K", "note": "two\nlines \u202e"}
+    assert zstores_cmd("attrs", folder).out == "(no attributes)\n"
+    missing = zstores_cmd("attrs", folder, "nope")
+    assert (missing.code, missing.err) == (
+        1, f"zstores attrs: error: no array or group at 'nope' in {folder}\n")
+
+
+def test_rm_and_du_show_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    from zstores.cli.rm import PROGRESS_FROM
+
+    url = f"sqlite://{tmp_path / 'many.sqlite'}"
+    count = PROGRESS_FROM + 200
+    with zstores.open_store(url, mode="w") as store:
+        store.setitems({f"big/{i}": b"x" for i in range(count)} | {"small/a": b"y"})
+    code, bar, out = _with_a_terminal("du", url, stream="stderr")
+    assert code == 0 and "sizing:" in bar and "/2 " in bar  # redrawn at most 10 times a second
+    assert out.splitlines()[-1].endswith(f"{plural(count + 1, 'key')}  / (total)")
+    assert zstores_cmd("du", url).err == ""  # not a terminal: no bar
+    code, bar, out = _with_a_terminal("rm", url, "big", "--yes", stream="stderr")
+    assert code == 0 and "removing:" in bar and f"/{count} " in bar
+    assert out == f"removed {plural(count, 'key')} ({human_size(count)}) at big\n"
+    with zstores.open_store(url, mode="r") as store:
+        assert list(store) == ["small/a"]
+    quiet = zstores_cmd("rm", url, "small", "--yes")
+    assert (quiet.code, quiet.err) == (0, "")
+
+
+def _zarr_json(**fields: object) -> bytes:
+    document: dict[str, object] = {
+        "zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "int32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "fill_value": 0, "attributes": {}}
+    document.update(fields)
+    return json.dumps(document).encode()
+
+
+_V3_FIELD_VALUES = {
+    "node_type": ["array", "group", "x", None],
+    "shape": [[4], [0], [-100], [4, 4], "x", [4.5]],
+    "data_type": ["int32", "uint8", "float64", "nonsense", 5, {"name": "x"}],
+    "chunk_grid": [{"name": "regular", "configuration": {"chunk_shape": [-1]}},
+                   {"name": "irregular"}, {"name": "regular", "configuration": {}},
+                   {"name": "regular", "configuration": {"chunk_shape": [2, 2]}}, "x"],
+    "chunk_key_encoding": [{"name": "v2"}, {"name": "nosuch"}, {"name": "default",
+                           "configuration": {"separator": "x"}}, None],
+    "codecs": [[], [{"name": "bytes"}], [{"name": "nosuch"}], "x",
+               [{"name": "bytes"}, {"name": "gzip", "configuration": {"level": 1}}]],
+    "fill_value": [0, None, "abc", 1e300, "NaN", [1]],
+    "attributes": [{}, [], "x"],
+    "zarr_format": [3, 2, "3"],
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=st.fixed_dictionaries({}, optional={
+    name: st.sampled_from(values) for name, values in _V3_FIELD_VALUES.items()}),
+    text=st.one_of(st.none(), st.text(max_size=20)))
+def test_malformed_zarr_json_never_gives_a_traceback(changes: dict[str, object],
+                                                     text: str | None) -> None:
+    """verify, info and migrate on a random broken zarr.json: a verdict, never a traceback.
+
+    ``text``, when drawn, replaces the document with arbitrary text (often
+    not JSON at all).  The store also holds a valid v2 ``.zarray`` beside
+    it, as an interrupted ``migrate --to 3`` leaves: migrate either refuses
+    (exit 1) or writes a ``zarr.json`` verify accepts.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        store = zstores.DirectoryStore(folder)
+        zstores.init_group(store)
+        store["x/zarr.json"] = _zarr_json(**changes) if text is None else text.encode()
+        for command in (["verify", folder], ["info", folder, "x"], ["ls", folder, "-r"],
+                        ["attrs", folder, "x"]):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                code, _ = _run_in_process(*command)
+            assert code in (0, 1) and "Error: " not in err.getvalue(), (command, err.getvalue())
+        store["x/.zarray"] = _zarray()
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code, _ = _run_in_process("migrate", folder, "--to", "3")
+        assert code in (0, 1) and "Error: " not in err.getvalue(), err.getvalue()
+        if code == 0:  # what it wrote, verify accepts
+            del store["x/.zarray"], store[".zgroup"]
+            verdict, lines = _run_in_process("verify", folder, "--json")
+            problems = json.loads("\n".join(lines))["problems"]
+            assert verdict == 0, problems

@@ -756,3 +756,84 @@ def test_install_section_matches_pyproject() -> None:
         assert name in text, f"core dependency {name} is not named in docs/quickstart.md"
     extras = {row["extra"].strip("`") for row in table_rows(DOCS / "quickstart.md", "extra")}
     assert extras == set(project["optional-dependencies"]), extras
+
+
+def test_readme_extras_table_matches_pyproject() -> None:
+    """The README's table of extras names every extra pyproject.toml declares, and no other."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = {row["extra"].strip("`") for row in table_rows(ROOT / "README.md", "extra")}
+    assert extras == set(project["optional-dependencies"]), extras
+
+
+# ------------------------------------------- the environment a page runs in
+def _distribution(requirement: str) -> str:
+    """``"dask[array]>=2024.1"`` -> ``"dask"`` (normalized as pip compares names)."""
+    name = re.split(r"[<>=!\[; ~]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def demo_distributions() -> set[str]:
+    """What ``scripts/setup-env --demo`` installs in ``.venv`` (directly, by name).
+
+    zstores with the extras ``all`` and ``docs`` (followed through extras
+    naming extras, ``zstores[object]``), and ``DEMO_PEERS``.
+    """
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    found = {_distribution(r) for r in project["dependencies"]} | {"zstores"}
+    pending, seen = ["all", "docs"], set()
+    while pending:
+        extra = pending.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for requirement in extras[extra]:
+            inner = re.fullmatch(r"zstores\[(?P<names>[\w,]+)\]", requirement.strip())
+            if inner:
+                pending.extend(inner["names"].split(","))
+            else:
+                found.add(_distribution(requirement))
+    script = (ROOT / "scripts" / "setup-env").read_text(encoding="utf-8")
+    peers = re.search(r"^DEMO_PEERS=\((?P<items>[^)]*)\)", script, re.MULTILINE)
+    assert peers, "scripts/setup-env defines no DEMO_PEERS=(...)"
+    found |= {_distribution(item) for item in re.findall(r'"([^"]+)"', peers["items"])}
+    assert '".[all,docs]" "${DEMO_PEERS[@]}"' in script, "the demo's .venv is made otherwise"
+    return found
+
+
+def _imports(code: str) -> set[str]:
+    """The top-level modules a block imports."""
+    names = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.partition(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_every_page_imports_only_what_its_environment_has() -> None:
+    """A page's examples run in the demo's .venv, or the page says what to pip install.
+
+    The page runs above use the test environment, which has more (tensorstore,
+    nx-27017 ...): this catches an example that imports what the environment
+    a reader makes from the README (``scripts/demo``) does not have.
+    """
+    from importlib.metadata import packages_distributions
+
+    providers = packages_distributions()
+    demo = demo_distributions()
+    missing = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        said = {_distribution(name) for line in re.findall(r"pip install ([^`\n]+)", text)
+                for name in re.findall(r"[\"']?([A-Za-z][\w.\-]*(?:\[[\w,]+\])?)", line)}
+        for block in runnable(read_blocks(page)):
+            if block.language not in ("python", "py") or block.run_with != "python":
+                continue
+            for module in sorted(_imports(block.code) - set(sys.stdlib_module_names)):
+                dists = {_distribution(d) for d in providers.get(module, [module])}
+                if not dists & (demo | said):
+                    missing.append(f"{block.where}: import {module} ({', '.join(dists)})")
+    assert not missing, ("examples import what neither scripts/setup-env --demo installs nor "
+                         f"their page says to pip install: {missing}")

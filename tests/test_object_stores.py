@@ -342,7 +342,7 @@ def test_gcs_obstore_against_an_emulator_names_via_fsspec(gcs_bucket):
     """obstore speaks GCS's XML API, which the emulator lacks: one clear error, no secret."""
     url, _, name = gcs_bucket
     with pytest.raises(UnsupportedOperationError, match="via='fsspec'") as info:
-        store = GCSStore(f"{name}/p", endpoint_url=url, token=GCS_TOKEN)  # obstore
+        store = GCSStore(f"{name}/p", endpoint_url=url, token=GCS_TOKEN, via="obstore")
         store["k"] = b"v"
     assert GCS_TOKEN not in chain_text(info.value)
 

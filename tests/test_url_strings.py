@@ -8,6 +8,7 @@ a test passes only when the bytes really went to the named backend.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import pickle
 import threading
@@ -150,6 +151,55 @@ def test_zarr_read_of_a_missing_store_creates_nothing(tmp_path):
     with pytest.raises(FileNotFoundError):
         zarr.open_array(f"lmdb://{tmp_path / 'absent.lmdb'}", mode="r")
     assert not path.exists() and not (tmp_path / "absent.lmdb").exists()
+
+
+@pytest.fixture
+def read_only_medium(tmp_path):
+    """``(src, ro)``: a folder, and the same folder bind-mounted read-only (EROFS on writes).
+
+    Root ignores file modes, so only a read-only mount makes a medium a
+    store cannot write to, as a DVD, a read-only NFS export or a snapshot is.
+    """
+    import shutil
+    import subprocess
+
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    src.mkdir()
+    ro.mkdir()
+    mount = shutil.which("mount")
+    if mount is None or os.geteuid() != 0:
+        pytest.skip("needs root and mount(8) to make a read-only bind mount")
+    made = subprocess.run([mount, "--bind", str(src), str(ro)], check=False,
+                          capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"bind mount refused: {made.stderr.decode().strip()}")
+    try:
+        subprocess.run([mount, "-o", "remount,bind,ro", str(ro)], check=True, capture_output=True)
+        yield src, ro
+    finally:
+        close_shared_stores()
+        gc.collect()  # an array xarray still holds keeps the file open
+        # --lazy: detached at once even if a handle the test cannot reach is open
+        subprocess.run(["umount", "--lazy", str(ro)], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("backend", sorted(FILE_BACKENDS))
+def test_reading_a_url_on_read_only_media(backend, read_only_medium):
+    xarray = pytest.importorskip("xarray")
+    src, ro = read_only_medium
+    name = FILE_BACKENDS[backend]
+    dataset = xarray.Dataset({"t": ("x", np.arange(6))})
+    dataset.to_zarr(f"{backend}://{src / name}", mode="w", consolidated=False)
+    close_shared_stores()
+    (src / (name + ".zstores-reserve")).unlink(missing_ok=True)  # cannot be made on ro
+    before = sorted(os.listdir(src))
+    with pytest.raises(OSError, match="Read-only"):
+        (ro / "probe").write_bytes(b"")  # the medium really refuses writes
+    url = f"{backend}://{ro / name}"
+    loaded = xarray.open_zarr(url, consolidated=False).load()
+    xarray.testing.assert_identical(loaded, dataset)
+    assert zarr.open_array(url, path="t", mode="r")[:].tolist() == list(range(6))
+    assert sorted(os.listdir(src)) == before
 
 
 def test_zarr2_format_through_a_url(tmp_path):
@@ -479,3 +529,24 @@ for _scheme in ("lmdb", "sqlite"):
     _name = f"TestZarrSuiteThroughURL_{_scheme}"
     globals()[_name] = run_async_tests(type(_name, (FsspecSuite,), {"scheme": _scheme}))
 del _scheme, _name
+
+
+# --------------------------------------------------------- default engines
+def test_gs_urls_default_to_the_engine_tested_against_the_emulator():
+    """``gs://`` without ``via`` is gcsfs, which fake-gcs-server serves; obstore is opt-in."""
+    from urllib.parse import urlencode
+
+    from object_urls import GCS_TOKEN, new_gcs_bucket
+
+    endpoint = os.environ.get("ZSTORES_TEST_GCS_ENDPOINT")
+    if not endpoint:
+        pytest.skip("ZSTORES_TEST_GCS_ENDPOINT is not set: no GCS emulator (scripts/services)")
+    bucket = new_gcs_bucket(endpoint)
+    query = urlencode({"endpoint_url": endpoint, "token": GCS_TOKEN})
+    with open_store(f"gs://{bucket}/run1?{query}", mode="w") as store:
+        assert store.via == "fsspec"
+        store["a/.zgroup"] = b'{"zarr_format": 2}'
+    with open_store(f"gs://{bucket}/run1?{query}", mode="r") as store:
+        assert store["a/.zgroup"] == b'{"zarr_format": 2}'
+    with pytest.raises(ValueError, match="invalid via .boto.: expected one of obstore, fsspec"):
+        open_store(f"gs://{bucket}/run1?{query}&via=boto")

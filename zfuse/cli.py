@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK: argcomplete's global completion looks for this mark
 """The ``zfuse`` command: mount a store URL as a folder, and unmount it.
 
 ::
@@ -33,7 +34,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from zstores.cli._output import say, visible
+from zstores.cli._completion import complete, directory_completer, url_completer
+from zstores.cli._output import say, visible, warnings_as_lines
+from zstores.cli._parsing import Parser
 
 from . import registry
 from ._libfuse import require_mfusepy
@@ -127,13 +130,14 @@ def version_text() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="zfuse", description="Show a zstores store as a folder (FUSE).",
         epilog=_MAIN_EXAMPLES, formatter_class=_FORMAT,
     )
     parser.add_argument("--version", action=_VersionAction,
                         help="show the versions of zfuse and libfuse, and exit")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=Parser)
 
     mount_cmd = commands.add_parser(
         "mount", help="mount a store URL at an empty directory",
@@ -142,11 +146,14 @@ def _parser() -> argparse.ArgumentParser:
         "unless --foreground is given.",
         epilog=_MOUNT_EXAMPLES, formatter_class=_FORMAT,
     )
-    mount_cmd.add_argument("url", metavar="URL",
+    url = mount_cmd.add_argument("url", metavar="URL",
                            help="the store URL, or a path; '-' reads it from standard input "
                            "(a URL with a password or key on the command line shows to every "
                            "user of the machine in ps, for the daemon's whole life)")
-    mount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
+    url.completer = url_completer  # type: ignore[attr-defined]  # argcomplete's protocol
+    mountpoint = mount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT",
+                                        help="an existing empty directory")
+    mountpoint.completer = directory_completer  # type: ignore[attr-defined]
     mount_cmd.add_argument("--read-only", action="store_true",
                            help="open the store read-only and refuse every change (EROFS)")
     mount_cmd.add_argument("--create", action="store_true",
@@ -174,7 +181,8 @@ def _parser() -> argparse.ArgumentParser:
                                       description="Unmount MOUNTPOINT (also after the "
                                       "daemon died) and wait for the daemon to close the store.",
                                       epilog=_UNMOUNT_EXAMPLES, formatter_class=_FORMAT)
-    unmount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT")
+    mounted = unmount_cmd.add_argument("mountpoint", metavar="MOUNTPOINT")
+    mounted.completer = _mounted  # type: ignore[attr-defined]
     unmount_cmd.add_argument("--lazy", action="store_true",
                              help="detach now even if busy; released when the last file closes")
 
@@ -190,6 +198,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _mounted(prefix: str, **_: Any) -> list[str]:
+    """The mount points of zfuse mounts (what ``zfuse unmount`` can take)."""
+    return [info.mountpoint for info in registry.mounts() if info.mountpoint.startswith(prefix)]
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -202,14 +215,17 @@ def _seconds(text: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``zfuse`` command; return its exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    complete(parser)  # a shell asking for completions is answered here (and exits)
+    args = parser.parse_args(argv)
     try:
-        if args.command == "unmount":
-            unmount(args.mountpoint, lazy=args.lazy)
-            return 0
-        if args.command == "list":
-            return _list(args.json)
-        return _mount(args)
+        with warnings_as_lines("zfuse"):
+            if args.command == "unmount":
+                unmount(args.mountpoint, lazy=args.lazy)
+                return 0
+            if args.command == "list":
+                return _list(args.json)
+            return _mount(args)
     except (_Failure, MountError) as error:
         say(f"zfuse: error: {error}", file=sys.stderr)
         return 1

@@ -90,7 +90,8 @@ class _SharedStores:
         """The shared store for ``token``, opened if needed; None if absent and not ``create``.
 
         With ``mode`` None the store is opened ``"r+"`` by a read (so reading
-        a URL that names nothing creates nothing) and ``"a"`` by a write.
+        a URL that names nothing creates nothing; ``"r"`` when the store cannot
+        be written, e.g. on read-only media) and ``"a"`` by a write.
         """
         store = self._stores.get(token)  # every call passes here: no lock once open
         if store is not None and not store.closed:
@@ -116,8 +117,10 @@ class _SharedStores:
             return open_store(url, mode="r+", **options)
         except StoreNotFoundError:
             return None
-        except PermissionError:  # read-only files or folder: reading still works
-            try:
+        except OSError as error:
+            if not _cannot_write(error):
+                raise
+            try:  # read-only files, folder or medium: reading still works
                 return open_store(url, mode="r", **options)
             except StoreNotFoundError:
                 return None
@@ -176,6 +179,16 @@ def shared_store_urls() -> list[str]:
     from ..urls import redact_url
 
     return [redact_url(url) for url in _SHARED.urls()]
+
+
+def _cannot_write(error: OSError) -> bool:
+    """Whether ``error`` says the store is there but cannot be written.
+
+    A ``ReadOnlyError`` or ``PermissionError`` (read-only files or folder),
+    or ``EROFS`` from a backend that tried to create a lock or journal file
+    on a read-only medium (a DBM store's ``.lock``).
+    """
+    return isinstance(error, PermissionError) or error.errno == errno.EROFS
 
 
 def _missing(path: str) -> FileNotFoundError:

@@ -1,21 +1,25 @@
+# PYTHON_ARGCOMPLETE_OK: argcomplete's global completion looks for this mark
 """The ``zstores`` command: look into, copy, check and repair stores from the shell.
 
 ::
 
     zstores ls URL [PATH] [-r] [--json]
     zstores info URL [PATH] [--json]
+    zstores attrs URL [PATH] [--json]
+    zstores cat URL PATH [--json]
     zstores du URL [PATH] [--bytes] [--json]
-    zstores cp SRC DST [PATH] [--jobs N] [--if-exists skip|overwrite|error]
-    zstores verify URL [PATH] [--jobs N] [--json]
-    zstores rm URL PATH
-    zstores consolidate URL
-    zstores migrate URL [--to 2|3] [--dry-run] [--remove-v2-metadata]
+    zstores cp SRC DST [PATH] [--jobs N] [--if-exists skip|overwrite|error] [--json]
+    zstores verify URL [PATH] [--jobs N] [--against SRC] [--json]
+    zstores rm URL PATH [--dry-run] [--yes] [--json]
+    zstores consolidate URL [--json]
+    zstores migrate URL [--to 2|3] [--dry-run] [--skip-broken] [--remove-v2-metadata] [--json]
     zstores --version
 
 Every subcommand takes a store URL as ``zstores.open_store`` does (a plain
 path picks the backend by its ending).  Exit status: 0 all well, 1 problems
-found or the operation failed, 2 usage error, 130 interrupted (Ctrl-C).
-Errors are one line on stderr; ``--debug`` adds the traceback.
+found or the operation failed, 2 usage error (a mistyped name gets a "did
+you mean"), 130 interrupted (Ctrl-C).  Errors and warnings are one line on
+stderr; ``--debug`` adds the traceback.  Shell completion: ``_completion``.
 """
 
 from __future__ import annotations
@@ -27,9 +31,9 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
-from typing import NoReturn
 
-from . import consolidate, cp, du, info, ls, migrate, rm, verify
+from . import attrs, cat, consolidate, cp, du, info, ls, migrate, rm, verify
+from ._completion import complete
 from ._output import (
     EXIT_INTERRUPTED,
     EXIT_PROBLEMS,
@@ -40,19 +44,13 @@ from ._output import (
     say,
     shortened,
     visible,
+    warnings_as_lines,
 )
+from ._parsing import Parser
 
 __all__ = ["main"]
 
-_COMMANDS = (ls, info, du, cp, verify, rm, consolidate, migrate)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors on one line (exit status 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} "
-                              f"(see {self.prog} --help)\n")
+_COMMANDS = (ls, info, attrs, cat, du, cp, verify, rm, consolidate, migrate)
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -65,7 +63,7 @@ def _common_options() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the whole command, every subcommand included."""
-    parser = _Parser(
+    parser = Parser(
         prog="zstores",
         description="Look into, copy, check and repair Zarr stores of any zstores backend "
         "(folder, zip, dbm, lmdb, sqlite, redis, mongodb ...), chosen by URL or path.",
@@ -77,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"zstores {_version()}",
                         help="show the version of zstores and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     parser_class=_Parser)
+                                     parser_class=Parser)
     common = _common_options()
     for module in _COMMANDS:
         module.add_parser(commands, common)
@@ -114,10 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parse(build_parser(), argv)
+    parser = build_parser()
+    complete(parser)  # a shell asking for completions is answered here (and exits)
+    args = _parse(parser, argv)
     sigint = signal.getsignal(signal.SIGINT)  # a Ctrl-C ignores later ones; undone at the end
     try:
-        return int(args.run(args))
+        with warnings_as_lines("zstores"):
+            return int(args.run(args))
     except KeyboardInterrupt:
         return _fail(args, "stopped by Ctrl-C", EXIT_INTERRUPTED)
     except CommandError as error:
@@ -131,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGINT, sigint)
 
 
-def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+def _parse(parser: Parser, argv: list[str]) -> argparse.Namespace:
     """The arguments, with PATH allowed after options (``cp A B --jobs 4 PATH``).
 
     argparse takes a command's positionals in one run, so an optional PATH
@@ -142,7 +143,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     if len(extra) == 1 and not extra[0].startswith("-") and getattr(args, "path", None) == "":
         args.path = extra[0]
     elif extra:
-        parser.parse_args(argv)  # the usage error argparse gives, exit status 2
+        parser.error(parser.unrecognized(args, extra))  # exit status 2
     return args
 
 

@@ -16,9 +16,11 @@ from ..base import Store
 from ..keys import RESERVED_PREFIX, normalize_storage_path
 from ..metadata import MetadataError, load_json
 from ..urls import open_store, redact_url
+from ._completion import store_path_completer, url_completer
 from ._output import UsageError
 
-__all__ = ["INCOMPLETE_COPY", "Pool", "add_jobs", "add_path", "add_progress", "add_url",
+__all__ = ["INCOMPLETE_COPY", "Pool", "add_jobs", "add_json", "add_path", "add_progress",
+           "add_url",
            "batches", "incomplete_copy", "open_url", "path_argument", "shown", "subcommand"]
 
 #: The key ``zstores cp`` writes into its destination first and deletes once every key
@@ -39,16 +41,28 @@ def subcommand(commands: Any, name: str, common: argparse.ArgumentParser, *, hel
 
 
 def add_url(parser: argparse.ArgumentParser, name: str = "url", what: str = "the store") -> None:
-    parser.add_argument(name, metavar=name.upper(),
-                        help=f"{what}: a URL (sqlite:///d.sqlite, redis://host/0 ...) or a path")
+    action = parser.add_argument(
+        name, metavar=name.upper(),
+        help=f"{what}: a URL (sqlite:///d.sqlite, redis://host/0 ...) or a path")
+    action.completer = url_completer  # type: ignore[attr-defined]  # argcomplete's protocol
 
 
-def add_path(parser: argparse.ArgumentParser, required: bool = False) -> None:
+def add_path(parser: argparse.ArgumentParser, required: bool = False,
+             store: str = "url") -> None:
+    """PATH inside the store of the argument ``store`` (completed from that store)."""
     if required:
-        parser.add_argument("path", metavar="PATH", help="a path inside the store (e.g. a/b)")
+        action = parser.add_argument("path", metavar="PATH",
+                                     help="a path inside the store (e.g. a/b)")
     else:
-        parser.add_argument("path", metavar="PATH", nargs="?", default="",
-                            help="a path inside the store (default: the root)")
+        action = parser.add_argument("path", metavar="PATH", nargs="?", default="",
+                                     help="a path inside the store (default: the root)")
+    action.completer = store_path_completer(store)  # type: ignore[attr-defined]
+
+
+def add_json(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """``--json``: the report as one JSON document on stdout, exact (no escaping)."""
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON for scripts" + (f" ({what})" if what else ""))
 
 
 def add_jobs(parser: argparse.ArgumentParser) -> None:

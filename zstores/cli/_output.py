@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import re
 import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "progress_wanted",
     "say",
     "visible",
+    "warnings_as_lines",
 ]
 
 EXIT_OK = 0
@@ -128,6 +132,37 @@ def _escape(char: str) -> str:
         return _ESCAPES[char]
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 \
         else f"\\U{code:08x}"
+
+
+@contextmanager
+def warnings_as_lines(prog: str) -> Iterator[None]:
+    """Show every warning raised in the block as one line ``PROG: warning: MESSAGE``.
+
+    Python's own format names the source file and line and repeats the
+    line of code: noise to a user, who needs only what happened (a zip
+    archive with bytes after its directory, a numcodecs notice ...).
+    The message is escaped (``visible``) and cut to ``MESSAGE_LIMIT``.
+
+    Examples
+    --------
+    >>> import contextlib, io
+    >>> err = io.StringIO()
+    >>> with contextlib.redirect_stderr(err), warnings_as_lines("zstores"):
+    ...     warnings.warn("first\\nsecond", RuntimeWarning, stacklevel=1)
+    >>> err.getvalue()
+    'zstores: warning: first; second\\n'
+    """
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        text = shortened(visible(f"{prog}: warning: {one_line(str(message))}"), MESSAGE_LIMIT)
+        try:
+            print(text, file=sys.stderr if file is None else file)
+        except OSError:  # stderr gone: a warning is not worth failing for
+            pass
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def say(text: str = "", *, file: Any = None) -> None:

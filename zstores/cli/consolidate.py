@@ -16,8 +16,8 @@ from typing import Any
 
 from ..metadata import ARRAY_V2, CONSOLIDATED_V2, GROUP_V2, NODE_V3
 from ..wrappers import consolidate_metadata
-from ._common import add_url, open_url, shown, subcommand
-from ._output import EXIT_OK, CommandError, plural, say
+from ._common import add_json, add_url, open_url, shown, subcommand
+from ._output import EXIT_OK, CommandError, plural, print_json, say
 
 __all__ = ["add_parser", "run"]
 
@@ -32,9 +32,10 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "node's zarr.json, as zarr-python 3's consolidate_metadata writes it).  Run it again "
         "after changing metadata.",
         examples=["zstores consolidate data.zip", "zstores consolidate redis://localhost/0",
-                  "zstores consolidate sqlite:///v3-data.sqlite"],
+                  "zstores consolidate sqlite:///v3-data.sqlite --json"],
     )
     add_url(parser)
+    add_json(parser, "each key written, its format and how many documents it holds")
     parser.set_defaults(run=run)
 
 
@@ -55,8 +56,12 @@ def run(args: argparse.Namespace) -> int:
         for zarr_format in _formats(store, args.url):
             count = len(consolidate_metadata(store, zarr_format=zarr_format)
                         .metadata["metadata"])
-            where = CONSOLIDATED_V2 if zarr_format == 2 else f"{NODE_V3} (consolidated_metadata)"
-            written.append(f"wrote {where} with {plural(count, 'metadata document')}")
-    for line in written:
-        say(line)
+            key = CONSOLIDATED_V2 if zarr_format == 2 else NODE_V3
+            written.append({"key": key, "zarr_format": zarr_format, "documents": count})
+    if args.json:
+        print_json({"url": shown(args.url), "written": written})
+        return EXIT_OK
+    for entry in written:
+        where = entry["key"] + ("" if entry["zarr_format"] == 2 else " (consolidated_metadata)")
+        say(f"wrote {where} with {plural(entry['documents'], 'metadata document')}")
     return EXIT_OK

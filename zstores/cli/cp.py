@@ -32,6 +32,7 @@ from ._common import (
     INCOMPLETE_COPY,
     Pool,
     add_jobs,
+    add_json,
     add_path,
     add_progress,
     add_url,
@@ -50,6 +51,7 @@ from ._output import (
     UsageError,
     human_size,
     plural,
+    print_json,
     progress_bar,
     progress_wanted,
     say,
@@ -79,7 +81,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     add_url(parser, "src", "the store to copy from")
     add_url(parser, "dst", "the store to copy to (created if missing)")
-    add_path(parser)
+    add_path(parser, store="src")
     add_jobs(parser)
     parser.add_argument(
         "--if-exists", choices=("skip", "overwrite", "error"), default="skip",
@@ -88,6 +90,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "even into a DST holding the other Zarr format or a different array at PATH; "
         "'error' stops before copying anything if any key exists in DST")
     add_progress(parser)
+    add_json(parser, "counts and bytes copied, skipped and verified, and every problem")
     parser.set_defaults(run=run)
 
 
@@ -271,11 +274,16 @@ def _metadata_first(keys: list[str]) -> list[list[str]]:
     return [metadata, [key for key in keys if key not in chosen]]
 
 
+_CONFLICT = ("exists in DST with a different value; left alone (--if-exists overwrite "
+             "replaces it)")
+_MISMATCH = "the value read back from DST differs from SRC"
+
+
 def _report(args: argparse.Namespace, tally: _Tally, total: int) -> int:
-    problems = [f"{key}: exists in DST with a different value; left alone "
-                "(--if-exists overwrite replaces it)" for key in tally.conflicts]
-    problems += [f"{key}: the value read back from DST differs from SRC" for key in
-                 tally.mismatches]
+    if args.json:
+        return _report_json(args, tally, total)
+    problems = [f"{key}: {_CONFLICT}" for key in tally.conflicts]
+    problems += [f"{key}: {_MISMATCH}" for key in tally.mismatches]
     for line in problems[:_SHOWN_PROBLEMS]:
         say(f"zstores cp: {line}", file=sys.stderr)
     if len(problems) > _SHOWN_PROBLEMS:
@@ -290,4 +298,19 @@ def _report(args: argparse.Namespace, tally: _Tally, total: int) -> int:
     if tally.vanished:
         summary += f"; {plural(tally.vanished, 'key')} vanished from SRC while copying"
     say(f"{summary}: {shown(args.src)} -> {shown(args.dst)}")
+    return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def _report_json(args: argparse.Namespace, tally: _Tally, total: int) -> int:
+    """``--json``: what ``_report`` says, every problem listed, exact key names."""
+    problems = [{"key": key, "problem": _CONFLICT} for key in tally.conflicts]
+    problems += [{"key": key, "problem": _MISMATCH} for key in tally.mismatches]
+    print_json({
+        "src": shown(args.src), "dst": shown(args.dst), "path": path_argument(args.path),
+        "keys": total,
+        "copied": {"keys": tally.copied, "bytes": tally.copied_bytes},
+        "skipped": {"keys": tally.skipped, "bytes": tally.skipped_bytes},
+        "verified": {"keys": tally.copied + tally.skipped,
+                     "bytes": tally.copied_bytes + tally.skipped_bytes},
+        "vanished": tally.vanished, "complete": not problems, "problems": problems})
     return EXIT_PROBLEMS if problems else EXIT_OK

@@ -11,13 +11,14 @@ the v2 documents afterwards.
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from ..metadata import ARRAY_V2, MetadataError
 from ..migrate_v1 import migrate_1to2, plan_1to2
 from ..migrate_v3 import BrokenMetadataError, Migration, migrate_2to3
-from ._common import add_url, open_url, shown, subcommand
-from ._output import EXIT_OK, CommandError, plural, say
+from ._common import add_json, add_url, open_url, shown, subcommand
+from ._output import EXIT_OK, CommandError, plural, print_json, say
 
 __all__ = ["add_parser", "run"]
 
@@ -35,7 +36,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "structured dtypes ...) stop it before anything is written.  The v2 documents stay "
         "unless --remove-v2-metadata is given.",
         examples=["zstores migrate old-array/", "zstores migrate data.zarr --to 3 --dry-run",
-                  "zstores migrate sqlite:///data.sqlite --to 3 --remove-v2-metadata"],
+                  "zstores migrate sqlite:///data.sqlite --to 3 --remove-v2-metadata",
+                  "zstores migrate data.zarr --to 3 --dry-run --json"],
     )
     add_url(parser)
     parser.add_argument("--to", type=int, choices=(2, 3), default=2,
@@ -50,6 +52,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--remove-v2-metadata", action="store_true",
                         help="with --to 3: delete .zarray, .zgroup, .zattrs and .zmetadata "
                         "once every zarr.json is written (zarr-python 2 can no longer read it)")
+    add_json(parser, "every document written, as JSON, and every key removed or skipped")
     parser.set_defaults(run=run)
 
 
@@ -65,7 +68,10 @@ def _run_to_2(args: argparse.Namespace) -> int:
     with open_url(args.url, "r" if args.dry_run else "r+") as store:
         if "meta" not in store:
             if ARRAY_V2 in store:
-                say(f"{shown(args.url)} already holds a spec v2 array; nothing to do")
+                if args.json:
+                    print_json(_document(args, {}, [], unchanged=[ARRAY_V2]))
+                else:
+                    say(f"{shown(args.url)} already holds a spec v2 array; nothing to do")
                 return EXIT_OK
             raise CommandError(f"no spec v1 array in {shown(args.url)}: there is no 'meta' "
                                "key at the root")
@@ -74,6 +80,9 @@ def _run_to_2(args: argparse.Namespace) -> int:
             written = plan_1to2(store) if args.dry_run else migrate_1to2(store)
         except MetadataError as error:
             raise CommandError(f"{error}; nothing was written") from None
+    if args.json:
+        print_json(_document(args, written, ["meta", "attrs"] if had_attrs else ["meta"]))
+        return EXIT_OK
     if args.dry_run:
         for key, value in written.items():
             say(f"would write {key} ({plural(len(value), 'byte')})")
@@ -93,7 +102,10 @@ def _run_to_3(args: argparse.Namespace) -> int:
                                   remove_v2_metadata=args.remove_v2_metadata,
                                   skip_broken=args.skip_broken)
         except BrokenMetadataError as error:
-            for key, why in error.problems:
+            if args.json:
+                print_json({**_document(args, {}, []), "problems": [
+                    {"key": key, "problem": why} for key, why in error.problems]})
+            for key, why in [] if args.json else error.problems:
                 say(f"{key}: {why}")
             raise CommandError(
                 f"{plural(len(error.problems), 'metadata document')} "
@@ -105,8 +117,22 @@ def _run_to_3(args: argparse.Namespace) -> int:
         except OSError as error:  # a full disk, a lost server ... while writing or removing
             raise CommandError(f"{type(error).__name__}: {error}; the chunks are untouched: run "
                                "the same command again to finish the migration") from error
-    _report(result, shown(args.url), args.dry_run)
+    if args.json:
+        print_json(_document(
+            args, result.written, result.removed, unchanged=result.unchanged,
+            skipped=[{"key": key, "problem": why} for key, why in result.skipped],
+            arrays=result.arrays, groups=result.groups, consolidated=result.consolidated))
+    else:
+        _report(result, shown(args.url), args.dry_run)
     return EXIT_OK
+
+
+def _document(args: argparse.Namespace, written: dict[str, bytes], removed: list[str],
+              **more: Any) -> dict[str, Any]:
+    """The ``--json`` report: each document written (parsed), each key removed."""
+    return {"url": shown(args.url), "to": args.to, "dry_run": args.dry_run,
+            "written": {key: json.loads(value) for key, value in written.items()},
+            "removed": list(removed), **more}
 
 
 def _report(result: Migration, url: str, dry_run: bool) -> None:

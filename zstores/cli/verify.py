@@ -63,6 +63,7 @@ from ._common import (
     shown,
     subcommand,
 )
+from ._completion import url_completer
 from ._inflate import inflates_past
 from ._output import (
     EXIT_OK,
@@ -113,10 +114,11 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     add_path(parser)
     add_jobs(parser)
     add_progress(parser)
-    parser.add_argument("--against", metavar="SRC",
+    against = parser.add_argument("--against", metavar="SRC",
                         help="also compare every key under PATH with the store SRC this one "
                         "was copied from: keys missing here, keys SRC does not have and "
                         "values that differ byte for byte are problems")
+    against.completer = url_completer  # type: ignore[attr-defined]  # argcomplete
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.set_defaults(run=run)
 
