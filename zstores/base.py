@@ -371,6 +371,9 @@ class Store(MutableMapping[str, bytes]):
     #: The digest ``get_with_version`` gives where the engine has no version of
     #: its own (a ``hashlib`` name; Redis's server computes ``sha1``).
     _version_kind: str = "sha256"
+    #: What ``transaction()`` makes: ``zstores.transactions.Transaction``, set by
+    #: that module when imported (it imports this one, not the reverse).
+    _transaction_class: ClassVar[type[Transaction]]
 
     def __init__(self, *, mode: Mode = "a") -> None:
         self._mode = check_mode(mode)
@@ -512,6 +515,9 @@ class Store(MutableMapping[str, bytes]):
     def _close(self) -> None:
         """Release the backend's resources; called once."""
 
+    # The hooks a transaction calls (``zstores.transaction_hooks.TransactionHooks``
+    # says what each must do) are the read primitives above, these defaults,
+    # ``_version_of``/``_holds`` and the route's ``_bind_transaction``.
     def _commit_changes(self, changes: ChangeSet) -> None:
         """Check ``changes.reads`` and apply the changes, atomically: all or nothing.
 
@@ -1296,9 +1302,7 @@ class Store(MutableMapping[str, bytes]):
                 f"{self!r}: this thread already has a transaction open on the store, and "
                 "transactions do not nest (commit or roll back the open one first)"
             )
-        from .transactions import Transaction
-
-        return Transaction(self, bind_thread=bind_thread)
+        return self._transaction_class(self, bind_thread=bind_thread)
 
     @property
     def in_transaction(self) -> bool:

@@ -35,7 +35,7 @@ from .._concurrency import ADAPTER_THREADS
 from ..base import Store
 from ..errors import InvalidKeyError
 from ..keys import RESERVED_PREFIX
-from . import Adapter, TransactionSlot, keys_with_prefix, size_under
+from .common import Adapter, TransactionSlot, keys_with_prefix, size_under
 
 __all__ = ["ZarrStore", "is_blocking"]
 
