@@ -293,3 +293,30 @@ def test_a_bound_transaction_takes_only_its_own_threads_calls():
         assert tx["a"] == b"in the transaction" and store.in_transaction
     assert seen["other"] == (False, False)
     assert store["a"] == b"in the transaction" and not store.in_transaction
+
+
+def test_a_transaction_reaches_its_store_only_through_the_hooks_protocol():
+    import ast
+    from pathlib import Path
+
+    import zstores.transactions
+    from zstores.transaction_hooks import TransactionHooks
+
+    hooks = {name for name, value in vars(TransactionHooks).items()
+             if callable(value) and not name.startswith("__")}
+    hooks |= set(TransactionHooks.__annotations__)
+    tree = ast.parse(Path(zstores.transactions.__file__).read_text(encoding="utf-8"))
+    called, stray = set(), []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__")):
+            continue
+        owner = ast.unparse(node.value)
+        if owner == "self._hooks":
+            called.add(node.attr)
+        elif owner not in ("self", "super()", "Store"):  # Store: _transaction_class, set once
+            stray.append(ast.unparse(node))
+    assert stray == [] and called <= hooks, (stray, called - hooks)
+    assert called == hooks  # each hook named is one a transaction needs
+    for store in (MemoryStore(),):
+        assert isinstance(store, TransactionHooks)

@@ -4,7 +4,7 @@ A ``zstores.transactions.Transaction`` is an overlay over one store.  It
 reaches that store's data through the hooks below and through nothing else
 (besides the public ``normalize``, ``read_only`` and capability flags):
 ``Transaction`` holds the store as ``self._hooks``, typed by this protocol,
-and tests/test_transactions_route.py checks that every private name it
+and tests/test_base.py checks that every private name it
 calls on the store is one of these.
 
 ``Store`` implements every hook: the reads are its primitives and fast
