@@ -12,7 +12,6 @@ one hand-off for all of them costs what LocalStore pays for each one.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, TypeVar
 
@@ -30,6 +29,7 @@ from ..base import Store
 from ..errors import InvalidKeyError
 from ..keys import RESERVED_PREFIX
 from .common import Adapter, TransactionSlot, keys_with_prefix, size_under
+from .workers import WORKERS as _WORKERS
 
 __all__ = ["ZarrStore", "is_blocking"]
 
@@ -148,14 +148,10 @@ class ZarrStore(Adapter, ZarrABCStore):
         return self._store if tx is None else tx
 
     async def _run(self, function: Callable[..., T], *args: Any) -> T:
-        """``function(*args)``: right here, or in a worker thread for a blocking store.
-
-        The thread is one of the event loop's default executor's, as
-        zarr-python's LocalStore uses (``asyncio.to_thread``).
-        """
+        """``function(*args)``: right here, or in a worker thread for a blocking store."""
         if not self._blocking:
             return function(*args)
-        return await asyncio.to_thread(function, *args)
+        return await _WORKERS.run(lambda: function(*args))
 
     # ----------------------------------------------------------- lifecycle
     async def _open(self) -> None:
