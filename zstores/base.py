@@ -198,6 +198,7 @@ def children_by_scan(
                 inside = 0
     return list(children)
 
+
 # ------------------------------------------------------- the one route in
 # Every public method of ``Store`` that touches data is written as its body
 # alone and put behind one gate by ``_reads`` or ``_writes``.  The gate is a
@@ -211,8 +212,8 @@ def children_by_scan(
 #
 # The gate takes the body's own parameters: it is written out with them and
 # compiled once per method, as ``dataclasses`` writes ``__init__``.  A gate
-# taking ``*args, **kwargs`` cost ``store[key]`` on a MemoryStore 1.7x its
-# time; one with the body's parameters costs nothing measurable
+# taking ``*args, **kwargs`` cost ``store[key]`` on a MemoryStore about twice
+# its time; one with the body's parameters costs nothing measurable
 # (docs/benchmarks.md, "The transaction route").
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
