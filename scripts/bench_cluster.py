@@ -37,7 +37,7 @@ import time
 import uuid
 from typing import Any
 
-from bench_common import BENCHMARKS_MD, load_average, record_section
+from bench_common import BENCHMARKS_MD, add_run_options, load_average, record_section
 
 MARK_BEGIN = "<!-- bench_cluster:begin -->"
 MARK_END = "<!-- bench_cluster:end -->"
@@ -250,8 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=1.5)
-    parser.add_argument("--record", action="store_true", help="write docs/benchmarks.md")
-    parser.add_argument("--smoke", action="store_true", help="1 round, 1 and 2 processes")
+    add_run_options(parser, smoke="1 round, 1 and 2 processes", peers=None)
     parser.add_argument("--turns", action="store_true",
                         help="only the plain clients' SETs: one server, one primary, three")
     args = parser.parse_args(argv)

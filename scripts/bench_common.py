@@ -1,6 +1,6 @@
-"""What the benchmark scripts (and a few tests) share: dropping the page cache,
-medians and ratios, recording a section of docs/benchmarks.md, and peers that
-may be missing.
+"""What the benchmark scripts (and a few tests) share: the options every script
+takes, dropping the page cache, medians and ratios, recording a section of
+docs/benchmarks.md, and peers that may be missing.
 
 The scripts run as ``python scripts/bench_x.py``, which puts ``scripts/`` on
 ``sys.path``; the tests find it through pytest's ``pythonpath`` setting
@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -153,3 +154,28 @@ def missing_peers(wanted: dict[str, bool], require: bool) -> list[str]:
 def load_average() -> float:
     """The one-minute load average, printed with each table (the machine is shared)."""
     return os.getloadavg()[0]
+
+
+# ---------------------------------------------------------------- options
+def add_run_options(parser: argparse.ArgumentParser, *, smoke: str,
+                    peers: str | None) -> None:
+    """Add ``--record``, ``--smoke`` and ``--require-peers``, which every bench script takes.
+
+    ``smoke`` says what a smoke run does; ``peers`` names the peers that
+    ``--require-peers`` requires (None: the script has none, and takes the
+    option only because the smoke test passes it to every script).
+
+    Examples
+    --------
+    >>> parser = argparse.ArgumentParser()
+    >>> add_run_options(parser, smoke="one round", peers="ratarmount")
+    >>> vars(parser.parse_args(["--smoke", "--require-peers"]))
+    {'record': False, 'smoke': True, 'require_peers': True}
+    """
+    parser.add_argument("--record", action="store_true",
+                        help="write the table to docs/benchmarks.md")
+    parser.add_argument("--smoke", action="store_true", help=f"{smoke}: that it all still runs")
+    parser.add_argument(
+        "--require-peers", action="store_true",
+        help=f"fail (status {PEER_MISSING}) when {peers} is missing" if peers else
+        "accepted for the smoke tests' sake: this script has no peers")

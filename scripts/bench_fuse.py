@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_common import drop_cold, drop_page_cache, missing_peers, record_section
+from bench_common import add_run_options, drop_cold, drop_page_cache, missing_peers, record_section
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- bench_fuse:begin -->", "<!-- bench_fuse:end -->"
@@ -802,11 +802,7 @@ def main() -> None:
     parser.add_argument("--file-kib", type=int, default=64)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--dir", help="where to build the stores (default: a temporary folder)")
-    parser.add_argument("--record", action="store_true", help="write docs/benchmarks.md")
-    parser.add_argument("--smoke", action="store_true",
-                        help="a few files, small values, one round: that it all still runs")
-    parser.add_argument("--require-peers", action="store_true",
-                        help="fail (status 3) when ratarmount is missing instead of leaving it out")
+    add_run_options(parser, smoke="a few files, small values, one round", peers="ratarmount")
     parser.add_argument("--serve-anchor", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
     parser.add_argument("--serve-floor", metavar="MOUNTPOINT", help=argparse.SUPPRESS)
     parser.add_argument("--floor", choices=list(FLOORS.values()), help=argparse.SUPPRESS)

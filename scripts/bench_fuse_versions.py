@@ -41,7 +41,7 @@ from pathlib import Path
 
 from bench_fuse import open_read_close, read_file, timed_pass
 
-from bench_common import drop_cold, drop_page_cache, record_section
+from bench_common import add_run_options, drop_cold, drop_page_cache, record_section
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- bench_fuse_versions:begin -->", "<!-- bench_fuse_versions:end -->"
@@ -234,11 +234,7 @@ def main() -> None:
                         choices=["lmdb", "directory", "sqlite", "zip"])
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--big-mib", type=int, default=256)
-    parser.add_argument("--record", action="store_true", help="write docs/benchmarks.md")
-    parser.add_argument("--smoke", action="store_true",
-                        help="seconds: that it still runs (against HEAD unless --baseline)")
-    parser.add_argument("--require-peers", action="store_true",
-                        help="accepted for the smoke tests' sake: this script has no peers")
+    add_run_options(parser, smoke="seconds (against HEAD unless --baseline)", peers=None)
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.files, args.big_mib, args.backends = 1, 20, 2, ["lmdb"]

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import load_average, median, missing_peers, record_section
+from bench_common import add_run_options, load_average, median, missing_peers, record_section
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY_ID, SECRET, REGION = "bench", "bench-secret", "us-east-1"
@@ -362,9 +362,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1000, help="values per batch of 4 KiB")
     parser.add_argument("--big-keys", type=int, default=100, help="values per batch of 1 MiB")
     parser.add_argument("--singles", type=int, default=20, help="single calls in a row")
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--record", action="store_true")
-    parser.add_argument("--require-peers", action="store_true")
+    add_run_options(parser, smoke="a few keys, one round", peers="zarr-python 2.18 (fsspec)")
     parser.add_argument("--part", choices=["all", "peers", "sequential"], default="all",
                         help="the peers' table, the sequential-gets table, or both")
     for hidden in ("--worker", "--bucket", "--prefix"):

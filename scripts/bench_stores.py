@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench_common import BENCHMARKS_MD, missing_peers, record_section
+from bench_common import BENCHMARKS_MD, add_run_options, missing_peers, record_section
 from bench_worker import FLOOR_ROWS, remove_listing_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -372,15 +372,11 @@ def main() -> None:
         "ZSTORES_ZARR2_PYTHON", str(ROOT / ".venv-zarr2" / "bin" / "python")),
         help="zarr-python 2.18's interpreter (default: $ZSTORES_ZARR2_PYTHON, "
         "else .venv-zarr2/bin/python)")
-    parser.add_argument("--record", action="store_true",
-                        help="write the table to docs/benchmarks.md")
+    add_run_options(parser, smoke="a few keys of each kind, one round",
+                    peers="zarr-python 2.18's interpreter")
     parser.add_argument("--listings-only", action="store_true",
                         help="only the listdir figures of 1,000 and 100,000 tiny keys and a nested "
                         "array folder")
-    parser.add_argument("--smoke", action="store_true",
-                        help="a few keys of each kind, one round: that it all still runs")
-    parser.add_argument("--require-peers", action="store_true",
-                        help="fail (status 3) when zarr-python 2.18's interpreter is missing")
     args = parser.parse_args()
     missing_peers({"zarr-python 2.18 (--zarr2-python)": Path(args.zarr2_python).exists()},
                   args.require_peers)

@@ -53,7 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_common import load_average, missing_peers
+from bench_common import add_run_options, load_average, missing_peers
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK_BEGIN = "<!-- bench_sync:begin -->"
@@ -568,17 +568,13 @@ def main() -> None:
     parser.add_argument("--redis-url", default=os.environ.get("ZSTORES_TEST_REDIS_URL"),
                         help="a Redis server for RedisSynchronizer "
                              "(default $ZSTORES_TEST_REDIS_URL)")
-    parser.add_argument("--record", action="store_true",
-                        help="write the tables to docs/benchmarks.md")
-    parser.add_argument("--smoke", action="store_true",
-                        help="a few small stripes, one round: that it all still runs")
+    add_run_options(parser, smoke="a few small stripes, one round",
+                    peers="zarr-python 2.18's environment")
     parser.add_argument("--part", choices=["classic", "fencing"], default="classic",
                         help="classic: the tables above; fencing: locks and fenced writes on "
                              "an S3 emulator, Redis against object-store locks (issue 25)")
     parser.add_argument("--s3-endpoint", default=os.environ.get("ZSTORES_TEST_S3_ENDPOINT"),
                         help="an S3 emulator for --part fencing ($ZSTORES_TEST_S3_ENDPOINT)")
-    parser.add_argument("--require-peers", action="store_true",
-                        help="fail (status 3) when zarr-python 2.18's environment is missing")
     args = parser.parse_args()
     if args.smoke:
         if args.record:

@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench_common import load_average, missing_peers, record_section, verdict
+from bench_common import add_run_options, load_average, missing_peers, record_section, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK_BEGIN = "<!-- bench_txn:begin -->"
@@ -437,12 +437,7 @@ def main() -> None:
     parser.add_argument("--no-icechunk", dest="icechunk", action="store_false",
                         help="leave icechunk out")
     parser.add_argument("--dir", help="where the stores live (default .bench/)")
-    parser.add_argument("--record", action="store_true",
-                        help="write the table to docs/benchmarks.md")
-    parser.add_argument("--smoke", action="store_true",
-                        help="1 and 4 chunks, 2 writes, one round: that it all still runs")
-    parser.add_argument("--require-peers", action="store_true",
-                        help="fail (status 3) when icechunk is missing")
+    add_run_options(parser, smoke="1 and 4 chunks, 2 writes, one round", peers="icechunk")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)

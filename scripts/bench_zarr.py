@@ -68,6 +68,7 @@ from zstores.adapters import zarr_store
 from zstores.adapters.fsspec import close_shared_stores
 
 from bench_common import (
+    add_run_options,
     drop_cold,
     drop_page_cache,
     load_average,
@@ -690,12 +691,8 @@ def main() -> None:
     parser.add_argument("--url-impls", nargs="*", default=list(URL_IMPLS), choices=list(URL_IMPLS),
                         help="backends whose URL strings are measured (none: skip that table)")
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the stores live")
-    parser.add_argument("--record", action="store_true",
-                        help="write the table to docs/benchmarks.md")
-    parser.add_argument("--smoke", action="store_true",
-                        help="tiny arrays, few keys, one round: that it all still runs")
-    parser.add_argument("--require-peers", action="store_true",
-                        help="fail (status 3) when zarr-sqlite or icechunk is missing")
+    add_run_options(parser, smoke="tiny arrays, few keys, one round",
+                    peers="zarr-sqlite or icechunk")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--phase", choices=[*PHASES, "raw", "url"], help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)

@@ -7,7 +7,7 @@ import pytest
 
 from zstores import MemoryStore, Store
 from zstores.base import children_by_scan, children_by_seek, to_buffer
-from zstores.errors import ValueTooLargeError
+from zstores.errors import ReadOnlyError, StoreClosedError, ValueTooLargeError
 
 
 class TinyStore(MemoryStore):
@@ -198,3 +198,125 @@ def test_reopen_of_an_in_memory_store_is_refused():
 
     with pytest.raises(UnsupportedOperationError, match=r"MemoryStore\(mode='a'\) keeps its data"):
         MemoryStore().reopen()
+
+
+# ------------------------------------------------------------- the one route
+#: Public methods that touch no data, so no transaction takes them over.
+_UNGATED = {"close", "normalize", "reopen", "snapshot", "transaction", "update"}
+
+
+def _public_methods(cls: type) -> dict[str, object]:
+    mapping = {"__getitem__", "__setitem__", "__delitem__", "__contains__", "__iter__",
+               "__len__"}
+    return {name: value for name, value in vars(cls).items()
+            if callable(value) and (not name.startswith("_") or name in mapping)}
+
+
+def _every_store_class() -> set[type]:
+    import importlib
+    import pkgutil
+
+    import zstores
+    for module in pkgutil.walk_packages(zstores.__path__, "zstores."):
+        if not module.name.startswith(("zstores.adapters", "zstores.testing")):
+            importlib.import_module(module.name)
+    found, todo = set(), [Store]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    return found
+
+
+def test_every_public_method_of_a_store_goes_through_the_gate():
+    # A new public method must be gated (@_reads/@_writes) or named here as
+    # one a transaction has no part in.
+    ungated = {name for name, method in _public_methods(Store).items()
+               if not hasattr(method, "_gated")}
+    assert ungated == _UNGATED
+    # A subclass's override of a gated method is gated too, with no decorator.
+    gated = set(_public_methods(Store)) - _UNGATED
+    for cls in _every_store_class():
+        for name, method in _public_methods(cls).items():
+            assert name not in gated or hasattr(method, "_gated"), (cls, name)
+
+
+def test_an_override_written_without_the_route_is_routed():
+    class Renaming(MemoryStore):
+        def rename(self, src_path, dst_path):
+            return ("renamed here", src_path, dst_path)
+
+    store = Renaming()
+    store["a"] = b"1"
+    assert store.rename("a", "b") == ("renamed here", "a", "b")
+    with store.transaction():
+        store.rename("a", "b")  # the transaction's rename, on its overlay
+        assert sorted(store) == ["b"]
+    assert sorted(store) == ["b"]
+    store.close()
+    with pytest.raises(StoreClosedError):
+        store.rename("b", "c")
+
+
+def test_the_gate_keeps_signatures_defaults_and_keywords():
+    import inspect
+
+    store = MemoryStore()
+    store["k"] = b"abcdef"
+    assert store.get_range(key="k", length=2, start=1) == b"bc"
+    assert store.get_range("k", -2) == b"ef"
+    assert list(inspect.signature(Store.get_range).parameters) == ["self", "key", "start",
+                                                                    "length"]
+    assert Store.get_range.__doc__.startswith("Read part of a value")
+    reader = MemoryStore(mode="r")
+    with pytest.raises(ReadOnlyError):
+        reader["k"] = b"x"
+    with pytest.raises(StoreClosedError):
+        store.close() or store["k"]
+
+
+def test_a_bound_transaction_takes_only_its_own_threads_calls():
+    import threading
+
+    store = MemoryStore()
+    seen = {}
+    with store.transaction() as tx:
+        store["a"] = b"in the transaction"
+
+        def other_thread():
+            seen["other"] = ("a" in store, store.in_transaction)
+
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+        assert tx["a"] == b"in the transaction" and store.in_transaction
+    assert seen["other"] == (False, False)
+    assert store["a"] == b"in the transaction" and not store.in_transaction
+
+
+def test_a_transaction_reaches_its_store_only_through_the_hooks_protocol():
+    import ast
+    from pathlib import Path
+
+    import zstores.transactions
+    from zstores.transaction_hooks import TransactionHooks
+
+    hooks = {name for name, value in vars(TransactionHooks).items()
+             if callable(value) and not name.startswith("__")}
+    hooks |= set(TransactionHooks.__annotations__)
+    tree = ast.parse(Path(zstores.transactions.__file__).read_text(encoding="utf-8"))
+    called, stray = set(), []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__")):
+            continue
+        owner = ast.unparse(node.value)
+        if owner == "self._hooks":
+            called.add(node.attr)
+        elif owner not in ("self", "super()", "Store"):  # Store: _transaction_class, set once
+            stray.append(ast.unparse(node))
+    assert stray == [] and called <= hooks, (stray, called - hooks)
+    assert called == hooks  # each hook named is one a transaction needs
+    for store in (MemoryStore(),):
+        assert isinstance(store, TransactionHooks)

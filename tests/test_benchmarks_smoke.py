@@ -136,3 +136,11 @@ def test_bench_txn_smoke(tmp_path: Path, redis_url: str) -> None:
     if REQUIRE_PEERS:
         header = out.split("| backend | chunks |", 1)[1].splitlines()[0]
         assert "| transaction / icechunk |" in header
+
+
+def test_bench_cluster_smoke(redis_url: str) -> None:
+    if not os.environ.get("ZSTORES_TEST_REDIS_CLUSTER_URL"):
+        pytest.skip("no Redis Cluster (scripts/services start makes one)")
+    out = run_smoke(sys.executable, "bench_cluster.py")
+    for op in ("set", "get", "getitems"):
+        assert f"| {op} |" in out, out

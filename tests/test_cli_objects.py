@@ -90,7 +90,7 @@ def test_every_subcommand_works_on_an_object_store(object_url, tmp_path: Path) -
     with zstores.open_store(url, mode="r") as store:
         assert ".zmetadata" in store
     local = str(tmp_path / "local")
-    down = run("cp", url, local)
+    down = run("cp", url, local, "--verify")
     assert down.code == 0 and f"{SAMPLE_KEYS + 1} of {SAMPLE_KEYS + 1} keys verified" in down.out
     other = object_url("runs/copy")
     up = run("cp", local, other, "--jobs", "3")
@@ -232,7 +232,7 @@ def _assert_resumes_and_verifies(src: str, dst: str, partial: dict[str, bytes],
     total = rows + 1
     source = contents(src)
     assert all(source[key] == value for key, value in partial.items())
-    resumed = run("cp", src, dst)
+    resumed = run("cp", src, dst, "--verify")
     assert (resumed.code, resumed.err) == (0, "")
     assert f"skipped {len(partial):,} identical keys" in resumed.out
     assert f"{total:,} of {total:,} keys verified" in resumed.out
@@ -269,7 +269,7 @@ def test_cp_between_lmdb_and_gcs_resumes_and_verifies(gcs_object_url, tmp_path: 
     source = _assert_resumes_and_verifies(src, dst, partial, rows)
 
     back = f"lmdb://{tmp_path}/back.lmdb"
-    first = run("cp", dst, back)
+    first = run("cp", dst, back, "--verify")
     assert first.code == 0 and f"{total:,} of {total:,} keys verified" in first.out
     again = run("cp", dst, back)  # everything there already: all skipped, verified
     assert again.code == 0 and f"skipped {total:,} identical keys" in again.out

@@ -23,9 +23,9 @@ from zstores import (
 from zstores.adapters import zarr_store
 from zstores.metadata import MetadataError
 from zstores.metadata import n5 as n5_metadata
-from zstores.stores.n5 import N5Store
-from zstores.stores.n5_blocks import BlockSpec, decode_block, encode_block
 from zstores.testing import StoreTests
+from zstores.wrappers.n5 import N5Store
+from zstores.wrappers.n5_blocks import BlockSpec, decode_block, encode_block
 
 from cli_helpers import zstores_cmd
 from conftest import missing_peer
@@ -542,7 +542,7 @@ def test_zarr2_through_our_adapter_writes_what_its_n5store_writes(tmp_path, zarr
     zarr2.run(ZARR2_N5_WRITE, folder=str(tmp_path / "theirs.n5"), arrays=arrays)
     zarr2.run(ZARR2_N5_WRITE.replace("N5Store(folder)", "zarr_store(N5Store(folder))")
               .replace("from zarr.n5 import N5Store",
-                       "from zstores.stores.n5 import N5Store\n"
+                       "from zstores.wrappers.n5 import N5Store\n"
                        "from zstores.adapters import zarr_store"),
               folder=str(tmp_path / "ours.n5"), arrays=arrays)
     theirs = {p.relative_to(tmp_path / "theirs.n5"): p for p in

@@ -136,12 +136,11 @@ class Mount(os.PathLike[str]):
     >>> m.unmount()                                               # doctest: +SKIP
     """
 
-    def __init__(self, path: str, operations: StoreOperations, thread: threading.Thread,
-                 errors: list[BaseException]) -> None:
+    def __init__(self, path: str, operations: StoreOperations, thread: threading.Thread
+                 ) -> None:
         self.path = path
         self.operations = operations
         self._thread = thread
-        self._errors = errors
 
     @property
     def store(self) -> Store:
@@ -362,7 +361,7 @@ def _mount_checked(store: Store, path: str, *, read_only: bool, foreground: bool
     thread = threading.Thread(target=run, name=f"zfuse {path}", daemon=True)
     thread.start()
     _wait_until_answering(path, operations, thread, errors)
-    return Mount(path, operations, thread, errors)
+    return Mount(path, operations, thread)
 
 
 def _return_to(cwd: int, *, close: bool = False) -> None:

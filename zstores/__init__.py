@@ -65,7 +65,7 @@ _LAZY = {
                      "contains_group", "getsize", "init_array", "init_group", "listdir",
                      "rename", "rmdir"], "hierarchy"),
     "migrate_1to2": "migrate_v1",
-    "N5Store": "stores.n5",
+    "N5Store": "wrappers.n5",
     **dict.fromkeys(["migrate_2to3", "plan_2to3"], "migrate_v3"),
     **dict.fromkeys(["ObjectStoreSynchronizer", "ProcessSynchronizer", "RedisSynchronizer",
                      "SynchronizedArray", "ThreadSynchronizer", "synchronized"], "sync"),
@@ -89,7 +89,6 @@ if TYPE_CHECKING:
     )
     from .migrate_v1 import migrate_1to2
     from .migrate_v3 import migrate_2to3, plan_2to3
-    from .stores.n5 import N5Store
     from .stores.objectstore import AzureStore, GCSStore, HTTPStore, ObjectStore, S3Store
     from .sync import (
         ObjectStoreSynchronizer,
@@ -100,6 +99,7 @@ if TYPE_CHECKING:
         synchronized,
     )
     from .wrappers import LRUStoreCache, consolidate_metadata, open_consolidated
+    from .wrappers.n5 import N5Store
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _LAZY)

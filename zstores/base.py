@@ -32,13 +32,13 @@ handle).  The underscore methods are the backends' side of the contract.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import sys
+import inspect
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from .errors import (
     InvalidKeyError,
@@ -198,6 +198,66 @@ def children_by_scan(
                 inside = 0
     return list(children)
 
+
+# ------------------------------------------------------- the one route in
+# Every public method of ``Store`` that touches data is written as its body
+# alone and put behind one gate by ``_reads`` or ``_writes``.  The gate is a
+# truth test of attributes that are all false on the fast path; when one is
+# true (the store is closed, read-only for a write, or some thread has a
+# transaction bound to it) ``Store._detour`` checks the store and hands a
+# call from a thread with a bound transaction to that transaction.
+# ``Store.__init_subclass__`` puts a subclass's override of such a method
+# behind the same gate, so no public method can miss the route
+# (tests/test_base.py checks each one).
+#
+# The gate takes the body's own parameters: it is written out with them and
+# compiled once per method, as ``dataclasses`` writes ``__init__``.  A gate
+# taking ``*args, **kwargs`` cost ``store[key]`` on a MemoryStore about twice
+# its time; one with the body's parameters costs nothing measurable
+# (docs/benchmarks.md, "The transaction route").
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+#: Public method name -> True if it writes (the gate also refuses mode "r").
+_GATED: dict[str, bool] = {}
+
+
+def _gate(body: _Method, writes: bool) -> _Method:
+    """``body`` behind the gate; the result is a function with ``body``'s signature."""
+    params = list(inspect.signature(body).parameters.values())[1:]
+    if any(param.kind is not param.POSITIONAL_OR_KEYWORD for param in params):
+        raise TypeError(f"{body.__qualname__}: a gated method takes plain parameters only")
+    names = ", ".join(param.name for param in params)
+    closed = "self._closed or self._transactions" + (" or self._mode == 'r'" if writes else "")
+    source = (
+        "def make(body):\n"
+        f"    def gated(self, {names}):\n"
+        f"        if {closed}:\n"
+        f"            return self._detour(body, {writes}, ({names}{',' if params else ''}))\n"
+        f"        return body(self, {names})\n"
+        "    return gated\n"
+    )
+    namespace: dict[str, Any] = {}
+    # The module's globals: doctest finds the gated method's examples by them.
+    exec(source, body.__globals__, namespace)  # noqa: S102 - our own text, made above
+    gated = functools.update_wrapper(namespace["make"](body), body)
+    gated.__defaults__ = body.__defaults__
+    gated._gated = writes  # type: ignore[attr-defined]
+    return gated  # type: ignore[no-any-return]
+
+
+def _reads(body: _Method) -> _Method:
+    """A public reading method: refused on a closed store, routed to a bound transaction."""
+    _GATED[body.__name__] = False
+    return _gate(body, writes=False)
+
+
+def _writes(body: _Method) -> _Method:
+    """A public writing method: refused on a closed or read-only store, routed likewise."""
+    _GATED[body.__name__] = True
+    return _gate(body, writes=True)
+
+
 @dataclass(frozen=True)
 class Version:
     """One version of a key's value, as ``Store.get_with_version`` saw it.
@@ -285,10 +345,6 @@ class Store(MutableMapping[str, bytes]):
     #: hand them to a thread (False: in-memory or memory-mapped, cheaper than a
     #: hand-off; the zarr-python 3 adapter then calls them directly).
     blocking: ClassVar[bool] = True
-    #: ``_len`` walks every key (a folder store): ``list(store)`` then reuses
-    #: the count of the listing it iterates instead of walking twice.
-    _len_walks: ClassVar[bool] = False
-    _listed: tuple[tuple[int, int, int, int, float], int] | None = None
     #: An empty value is stored and read back as ``b""``.  An instance may say
     #: False (Berkeley DB's ndbm reads ``b""`` back as a missing key): such a
     #: store refuses empty values with ``UnsupportedOperationError``.
@@ -316,14 +372,37 @@ class Store(MutableMapping[str, bytes]):
     #: The digest ``get_with_version`` gives where the engine has no version of
     #: its own (a ``hashlib`` name; Redis's server computes ``sha1``).
     _version_kind: str = "sha256"
+    #: What ``transaction()`` makes: ``zstores.transactions.Transaction``, set by
+    #: that module when imported (it imports this one, not the reverse).
+    _transaction_class: ClassVar[type[Transaction]]
 
     def __init__(self, *, mode: Mode = "a") -> None:
         self._mode = check_mode(mode)
         self._closed = False
-        # Open transactions bound to a thread, by thread id: the public methods
-        # hand a call from such a thread to its transaction.  Empty almost
-        # always, so the check costs one truth test.
+        # Open transactions bound to a thread, by thread id: the gate of the
+        # public methods hands a call from such a thread to its transaction.
+        # Empty almost always, so the gate's test stays false.
         self._transactions: dict[int, Transaction] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # An override of a gated public method goes behind the same gate.
+        for name, writes in _GATED.items():
+            body = cls.__dict__.get(name)
+            if inspect.isfunction(body) and not hasattr(body, "_gated"):
+                setattr(cls, name, _gate(body, writes))
+
+    def _detour(self, body: Callable[..., Any], writes: bool, args: tuple[Any, ...]) -> Any:
+        """The gate's slow way: refuse a closed (or, for a write, read-only) store, then
+        run ``body`` here or, from a thread with a bound transaction, in the transaction."""
+        if writes:
+            self._check_writable()
+        else:
+            self._check_open()
+        tx = self._own_transaction() if self._transactions else None
+        if tx is None:
+            return body(self, *args)
+        return getattr(tx, body.__name__)(*args)
 
     # ------------------------------------------------------------ primitives
     def _get(self, key: str) -> bytes:
@@ -437,6 +516,9 @@ class Store(MutableMapping[str, bytes]):
     def _close(self) -> None:
         """Release the backend's resources; called once."""
 
+    # The hooks a transaction calls (``zstores.transaction_hooks.TransactionHooks``
+    # says what each must do) are the read primitives above, these defaults,
+    # ``_version_of``/``_holds`` and the route's ``_bind_transaction``.
     def _commit_changes(self, changes: ChangeSet) -> None:
         """Check ``changes.reads`` and apply the changes, atomically: all or nothing.
 
@@ -556,7 +638,6 @@ class Store(MutableMapping[str, bytes]):
             raise StoreClosedError(f"{self!r} is closed")
 
     def _check_writable(self) -> None:
-        self._listed = None  # a write between iter() and len() makes len() count again
         if self._closed:
             raise StoreClosedError(f"{self!r} is closed")
         if self._mode == "r":
@@ -573,56 +654,33 @@ class Store(MutableMapping[str, bytes]):
         return buffer
 
     # ----------------------------------------------------- mapping interface
+    @_reads
     def __getitem__(self, key: str) -> bytes:
-        if self._closed:
-            self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx[key]
         return self._get(self._key(key))
 
+    @_writes
     def __setitem__(self, key: str, value: Any) -> None:
-        self._check_writable()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.__setitem__(key, value)
         key = self._key(key)
         self._set(key, self._value(key, value))
 
+    @_writes
     def __delitem__(self, key: str) -> None:
-        self._check_writable()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.__delitem__(key)
         self._delete(self._key(key))
 
+    @_reads
     def __contains__(self, key: object) -> bool:
-        self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return key in tx
         try:
             key = self._key(key)  # type: ignore[arg-type]
         except (InvalidKeyError, TypeError):
             return False  # a key that cannot be stored is not in the store
         return self._contains(key)
 
+    @_reads
     def __iter__(self) -> Iterator[str]:
-        self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return iter(tx)
-        keys = self._list_prefix("")
-        if self._len_walks and isinstance(keys, list):
-            self._listed = (_call_site(), len(keys))
-        return iter(keys)
+        return iter(self._list_prefix(""))
 
+    @_reads
     def __len__(self) -> int:
-        self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return len(tx)
-        if self._len_walks:
-            listed, self._listed = self._listed, None
-            if listed is not None and _same_call(listed[0], _call_site()):
-                # list(store), sorted(store), tuple(store), [*store]: the list
-                # constructor asks the length of what it just iterated, within
-                # the same call; the listing it got answers without a second walk.
-                return listed[1]
         return self._len()
 
     def update(self, other: Any = (), /, **kwargs: Any) -> None:  # type: ignore[override]
@@ -631,14 +689,13 @@ class Store(MutableMapping[str, bytes]):
         items.update(kwargs)
         self.setitems(items)
 
+    @_writes
     def clear(self) -> None:
         """Delete every key."""
-        self._check_writable()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.clear()
         self._clear()
 
     # ---------------------------------------------------------------- extras
+    @_reads
     def get_range(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         """Read part of a value without fetching all of it where the backend allows.
 
@@ -659,17 +716,16 @@ class Store(MutableMapping[str, bytes]):
         ValueError
             If ``length`` is negative.
         """
-        self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.get_range(key, start, length)
         if length is not None and length < 0:
             raise ValueError(f"length must be >= 0 or None, not {length}")
         return self._get_range(self._key(key), int(start), length)
 
+    @_reads
     def getitems(self, keys: Iterable[str]) -> dict[str, bytes]:
         """Values of the keys that exist, keyed as asked; missing keys are left out."""
         return self._read_many(keys, self._get_many)
 
+    @_reads
     def getview(self, key: str) -> Buffer:
         """The value of ``key`` as a read-only bytes-like object, copied only if need be.
 
@@ -694,12 +750,9 @@ class Store(MutableMapping[str, bytes]):
         >>> bytes(store.getview("a"))
         b'xyz'
         """
-        if self._closed:
-            self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx[key]
         return self._getview(self._key(key))
 
+    @_reads
     def getviews(self, keys: Iterable[str]) -> dict[str, Buffer]:
         """``getitems`` as ``getview``: read-only bytes-like values of the keys that exist.
 
@@ -713,6 +766,7 @@ class Store(MutableMapping[str, bytes]):
         """
         return self._read_many(keys, self._getviews)
 
+    @_reads
     def open_reader(self, key: str) -> ValueReader:
         """A reader of one version of ``key``'s value, by byte ranges, until closed.
 
@@ -740,10 +794,6 @@ class Store(MutableMapping[str, bytes]):
         ...     reader.size, bytes(reader.read(0, 3))
         (9, b'old')
         """
-        if self._closed:
-            self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.open_reader(key)
         return self._open_reader(self._key(key))
 
     def _open_reader(self, key: str) -> ValueReader:
@@ -752,52 +802,42 @@ class Store(MutableMapping[str, bytes]):
 
     def _read_many(self, keys: Iterable[str],
                    fetch: Callable[[list[str]], dict[str, Buffer]]) -> dict[str, Buffer]:
-        """``getitems``/``getviews``: the open transaction's values, or ``fetch``'s of the
-        normalized keys (each asked once), keyed as the caller spelled them."""
-        self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.getitems(keys)
+        """``getitems``/``getviews``: ``fetch``'s values of the normalized keys (each
+        asked once), keyed as the caller spelled them."""
         asked = {key: self._key(key) for key in keys}
         found = fetch(list(dict.fromkeys(asked.values())))
         return {key: found[norm] for key, norm in asked.items() if norm in found}
 
+    @_writes
     def setitems(self, values: Mapping[str, Any]) -> None:
         """Set many keys in one transaction or round trip where the backend allows."""
-        self._check_writable()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.setitems(values)
         items = {}
         for key, value in values.items():
             key = self._key(key)
             items[key] = self._value(key, value)
         self._set_many(list(items.items()))
 
+    @_writes
     def delitems(self, keys: Iterable[str]) -> None:
         """Delete many keys at once; keys that do not exist are ignored."""
-        self._check_writable()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.delitems(keys)
         self._delete_many(list(dict.fromkeys(self._key(key) for key in keys)))
 
+    @_reads
     def listdir(self, path: str = "") -> list[str]:
         """Sorted names of the keys and sub-prefixes directly under ``path``."""
-        self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.listdir(path)
         names = self._listdir(prefix_of(normalize_storage_path(path)))
         return list(names) if type(names) is SortedNames else sorted(names)
 
+    @_writes
     def rmdir(self, path: str = "") -> None:
         """Delete every key under ``path`` (the whole store for ``""``)."""
-        self._check_writable()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.rmdir(path)
         path = normalize_storage_path(path)
         if path:
             self._rmdir(prefix_of(path))
         else:
             self._clear()
 
+    @_writes
     def remove_empty_folder(self, path: str) -> bool:
         """Remove the folder ``path`` if no key lies below it, as ``os.rmdir`` would.
 
@@ -829,19 +869,14 @@ class Store(MutableMapping[str, bytes]):
         >>> store.remove_empty_folder("a")
         True
         """
-        self._check_writable()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.remove_empty_folder(path)
         path = normalize_storage_path(path)
         if not path:
             return next(iter(self._list_prefix("")), None) is None
         return self._remove_empty_folder(prefix_of(path))
 
+    @_reads
     def getsize(self, path: str = "") -> int:
         """Size of the value at ``path``, or the total under the prefix; 0 if absent."""
-        self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.getsize(path)
         path = normalize_storage_path(path)
         if path:
             path = self._key(path)
@@ -886,6 +921,7 @@ class Store(MutableMapping[str, bytes]):
         """
         return self._key(key)
 
+    @_reads
     def stat(self, key: str) -> int | None:
         """The size in bytes of ``key``'s value, or None when there is no such key.
 
@@ -919,12 +955,9 @@ class Store(MutableMapping[str, bytes]):
         >>> store.stat("a/b"), store.stat("a/empty"), store.stat("a"), store.stat("nope")
         (3, 0, None, None)
         """
-        if self._closed:
-            self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.stat(key)
         return self._stat(self._key(key))
 
+    @_reads
     def list_prefix(self, path: str = "") -> list[str]:
         """Every key under the folder ``path``, sorted (all keys for ``""``).
 
@@ -962,11 +995,9 @@ class Store(MutableMapping[str, bytes]):
         >>> store.list_prefix()
         ['a', 'a/b', 'a/c/1', 'ab/d']
         """
-        self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.list_prefix(path)
         return sorted(self._list_prefix(self._folder_prefix(path)))
 
+    @_reads
     def getsize_prefix(self, path: str = "") -> int:
         """The total size in bytes of the values under the folder ``path``.
 
@@ -999,9 +1030,6 @@ class Store(MutableMapping[str, bytes]):
         >>> store.getsize_prefix("a"), store.getsize_prefix(), store.getsize_prefix("x")
         (5, 6, 0)
         """
-        self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.getsize_prefix(path)
         return self._getsize_prefix(self._folder_prefix(path))
 
     @staticmethod
@@ -1014,6 +1042,7 @@ class Store(MutableMapping[str, bytes]):
         """
         return prefix_of(normalize_storage_path(path))
 
+    @_writes
     def rename(self, src_path: str, dst_path: str) -> None:
         """Move a key, or every key under a prefix, to a new name.
 
@@ -1026,9 +1055,6 @@ class Store(MutableMapping[str, bytes]):
         InvalidKeyError
             If either path is the root or ``dst_path`` lies inside ``src_path``.
         """
-        self._check_writable()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.rename(src_path, dst_path)
         src, dst = self._key(src_path), self._key(dst_path)
         if src == dst:
             if not (self._contains(src) or self._listdir(prefix_of(src))):
@@ -1049,6 +1075,7 @@ class Store(MutableMapping[str, bytes]):
             raise KeyError(src_path)
 
     # ------------------------------------------------------- conditional writes
+    @_writes
     def set_if_not_exists(self, key: str, value: Any) -> bool:
         """Write ``value`` under ``key`` only if ``key`` holds no value.
 
@@ -1100,15 +1127,13 @@ class Store(MutableMapping[str, bytes]):
         >>> store["lease"]
         b'owner=a'
         """
-        self._check_writable()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.set_if_not_exists(key, value)
         if not self.supports_create_if_absent:
             raise self._conditional_refusal("set_if_not_exists", "supports_create_if_absent",
                                             self._create_if_absent_refusal)
         key = self._key(key)
         return self._set_if_absent(key, self._value(key, value))
 
+    @_reads
     def get_with_version(self, key: str) -> tuple[bytes, Version]:
         """The value of ``key`` and a token for this version of it, read together.
 
@@ -1147,12 +1172,9 @@ class Store(MutableMapping[str, bytes]):
         >>> store["lease"]
         b'owner=a;renewals=1'
         """
-        if self._closed:
-            self._check_open()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.get_with_version(key)
         return self._get_with_version(self._key(key))
 
+    @_writes
     def replace_if(self, key: str, expected: Any, value: Any) -> bool:
         """Compare-and-swap: write ``value`` only if ``key`` holds ``expected`` now.
 
@@ -1201,9 +1223,6 @@ class Store(MutableMapping[str, bytes]):
         >>> store["counter"], store.replace_if("missing", b"", b"x")
         (b'2', False)
         """
-        self._check_writable()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.replace_if(key, expected, value)
         if not self.supports_compare_and_swap:
             raise self._conditional_refusal("replace_if", "supports_compare_and_swap",
                                             self._compare_and_swap_refusal)
@@ -1284,9 +1303,7 @@ class Store(MutableMapping[str, bytes]):
                 f"{self!r}: this thread already has a transaction open on the store, and "
                 "transactions do not nest (commit or roll back the open one first)"
             )
-        from .transactions import Transaction
-
-        return Transaction(self, bind_thread=bind_thread)
+        return self._transaction_class(self, bind_thread=bind_thread)
 
     @property
     def in_transaction(self) -> bool:
@@ -1436,29 +1453,6 @@ class Store(MutableMapping[str, bytes]):
 
     def __hash__(self) -> int:
         return hash((type(self), self._location()))
-
-
-# How soon after iter(store) a len(store) from the same call site counts as
-# the list constructor's length request (it comes microseconds later).
-_SAME_CALL_SECONDS = 0.05
-
-
-def _call_site() -> tuple[int, int, int, int, float]:
-    """Where the store's ``__iter__``/``__len__`` was called from, and when.
-
-    The frame two levels up is the code that called ``iter()``/``len()`` (or
-    ``list()``, whose C code calls both without a frame of its own); its
-    instruction offset is the same for both calls only while that one
-    instruction is still running.
-    """
-    frame = sys._getframe(2)
-    return (id(frame), id(frame.f_code), frame.f_lasti, threading.get_ident(),
-            time.monotonic())
-
-
-def _same_call(first: tuple[int, int, int, int, float],
-               second: tuple[int, int, int, int, float]) -> bool:
-    return first[:4] == second[:4] and second[4] - first[4] < _SAME_CALL_SECONDS
 
 
 def _range_stop(start: int, length: int, size: int) -> int:

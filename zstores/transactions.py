@@ -38,6 +38,7 @@ from .errors import (
     UnsupportedOperationError,
 )
 from .keys import child_name
+from .transaction_hooks import TransactionHooks
 
 __all__ = ["ChangeSet", "Transaction"]
 
@@ -191,6 +192,9 @@ class Transaction(Store):
     def __init__(self, store: Store, *, bind_thread: bool = True) -> None:
         super().__init__(mode="r" if store.read_only else "a")
         self._store = store
+        # Every private call on the store goes through its hooks (the
+        # protocol names and documents them); the rest is public.
+        self._hooks: TransactionHooks = store
         self._key = store.normalize  # type: ignore[method-assign]
         for flag in ("supports_range_reads", "supports_deletes", "max_value_size",
                      "persistent", "hierarchical", "blocking", "supports_empty_values",
@@ -200,7 +204,7 @@ class Transaction(Store):
         # The values written, copied into pooled memory where the backend's
         # commit copies them out anyway (_arena.py: no fresh pages per
         # commit); bytes of their own where the backend keeps what it is given.
-        self._arena = Arena() if store._commit_copies_values else None
+        self._arena = Arena() if self._hooks._commit_copies_values else None
         self._replaced = 0  # bytes of the arena's values since replaced or deleted
         self._writes: dict[str, Buffer | None] = {}
         self._cleared: list[str] = []
@@ -209,7 +213,7 @@ class Transaction(Store):
         self._thread: threading.Thread | None = None
         if bind_thread:
             self._thread = threading.current_thread()
-            store._bind_transaction(self)
+            self._hooks._bind_transaction(self)
 
     # ---------------------------------------------------------------- state
     @property
@@ -271,12 +275,12 @@ class Transaction(Store):
             self._end("failed", keep_values=True)
         try:
             if changes.writes or changes.cleared:
-                self._store._commit_changes(changes)
+                self._hooks._commit_changes(changes)
             elif changes.reads:
                 # Nothing to write: check the reads against one consistent read
                 # of them (getitems is one backend transaction or round trip),
                 # which also works on a read-only store.
-                current = self._store._get_many(list(changes.reads))
+                current = self._hooks._get_many(list(changes.reads))
                 changes.check(current.get, self._store)
         except BaseException as error:
             if isinstance(error, Exception) and not isinstance(error, TransactionConflictError):
@@ -306,7 +310,7 @@ class Transaction(Store):
         if not keep_values:
             self._release_values()
         if self._thread is not None:
-            self._store._unbind_transaction(self)
+            self._hooks._unbind_transaction(self)
 
     def _release_values(self) -> None:
         with self._lock:
@@ -376,7 +380,7 @@ class Transaction(Store):
             value = _copied(self._lookup(key))  # the arena's memory is reused after the end
         if value is _IN_STORE:
             try:
-                value = self._store._get(key)
+                value = self._hooks._get(key)
             except KeyError:
                 self._observe(key, fingerprint(None))
                 raise
@@ -391,7 +395,7 @@ class Transaction(Store):
             value = self._lookup(key)
             if value is not _IN_STORE:  # measured under the lock: the end releases views
                 return None if value is None else len(value)  # type: ignore[arg-type]
-        size = self._store._stat(key)
+        size = self._hooks._stat(key)
         self._observe(key, ("size", size))
         return size
 
@@ -412,7 +416,7 @@ class Transaction(Store):
         if value is not _IN_STORE:
             return super()._get_range(key, start, length)
         try:
-            part = self._store._get_range(key, start, length)
+            part = self._hooks._get_range(key, start, length)
         except KeyError:
             self._observe(key, fingerprint(None))
             raise
@@ -430,14 +434,14 @@ class Transaction(Store):
                 elif value is not None:
                     found[key] = _copied(value)  # type: ignore[arg-type]
         if ask:
-            fetched = self._store._get_many(ask)
+            fetched = self._hooks._get_many(ask)
             for key in ask:
                 self._observe(key, fingerprint(fetched.get(key)))
             found.update(fetched)
         return found
 
     def _list_prefix(self, prefix: str) -> list[str]:
-        listed = list(self._store._list_prefix(prefix))
+        listed = list(self._hooks._list_prefix(prefix))
         with self._lock:
             cleared = tuple(self._cleared)
             keys = {
@@ -451,17 +455,17 @@ class Transaction(Store):
 
     def _listdir(self, prefix: str) -> Iterable[str]:
         if not self._touched(prefix):
-            return self._store._listdir(prefix)
+            return self._hooks._listdir(prefix)
         return children_names(self._list_prefix(prefix), prefix)
 
     def _getsize_prefix(self, prefix: str) -> int:
         if not self._touched(prefix):
-            return self._store._getsize_prefix(prefix)
+            return self._hooks._getsize_prefix(prefix)
         return sum(self._getsize_key(key) for key in self._list_prefix(prefix))
 
     def _len(self) -> int:
         if not self._touched(""):
-            return self._store._len()
+            return self._hooks._len()
         return len(self._list_prefix(""))
 
     # ------------------------------------------------------------- writes
@@ -469,7 +473,7 @@ class Transaction(Store):
         self._set_many([(key, value)])
 
     def _set_many(self, items: list[tuple[str, Buffer]]) -> None:
-        self._store._check_transaction_keys([key for key, _ in items])
+        self._hooks._check_transaction_keys([key for key, _ in items])
         with self._lock:
             # Copied now (the caller may reuse its buffer), under the lock: a
             # commit ending the transaction meanwhile gives the memory back.
@@ -483,7 +487,7 @@ class Transaction(Store):
         return value if type(value) is bytes else bytes(value)
 
     def _delete(self, key: str) -> None:
-        self._store._check_transaction_keys([key])
+        self._hooks._check_transaction_keys([key])
         with self._lock:
             if self._stat(key) is None:
                 raise KeyError(key)
@@ -491,7 +495,7 @@ class Transaction(Store):
 
     def _delete_many(self, keys: list[str]) -> None:
         # Deleting a missing key is a no-op at commit: no need to look first.
-        self._store._check_transaction_keys(keys)
+        self._hooks._check_transaction_keys(keys)
         with self._lock:
             self._record((key, None) for key in keys)
 
@@ -523,7 +527,7 @@ class Transaction(Store):
         old.release()
 
     def _rmdir(self, prefix: str) -> None:
-        self._store._check_transaction_prefix(prefix)
+        self._hooks._check_transaction_prefix(prefix)
         with self._lock:
             for key in [key for key in self._writes if key.startswith(prefix)]:
                 self._count_replaced(self._writes.pop(key))
@@ -542,7 +546,7 @@ class Transaction(Store):
 
     def _rename_prefix(self, src_prefix: str, dst_prefix: str) -> None:
         # Each key moved is checked as it is written and deleted.
-        self._store._check_transaction_prefix(src_prefix)
+        self._hooks._check_transaction_prefix(src_prefix)
         with self._lock:
             super()._rename_prefix(src_prefix, dst_prefix)
 
@@ -569,10 +573,10 @@ class Transaction(Store):
             return True
 
     def _version_of(self, value: Buffer) -> Version:
-        return self._store._version_of(value)
+        return self._hooks._version_of(value)
 
     def _holds(self, current: Buffer | None, expected: Buffer | Version) -> bool:
-        return self._store._holds(current, expected)
+        return self._hooks._holds(current, expected)
 
 
 def _copied(value: Any) -> Any:
@@ -583,3 +587,9 @@ def _copied(value: Any) -> Any:
 def children_names(keys: Iterable[str], prefix: str) -> set[str]:
     """The names directly under ``prefix`` of ``keys`` (all of which start with it)."""
     return {child_name(key, prefix) for key in keys}
+
+
+# Store.transaction() makes a Transaction without importing this module, which
+# imports base.py: the class is handed to it here (``import zstores`` imports
+# this module), so that the two modules do not import each other.
+Store._transaction_class = Transaction

@@ -223,7 +223,7 @@ SCHEMES: dict[str, Scheme] = {
     "mongodb": _MONGODB,
     "mongodb+srv": _MONGODB,
     "memory": Scheme("zstores.stores.memory:MemoryStore", location="none"),
-    "n5": Scheme("zstores.stores.n5:N5Store"),  # an N5 folder, shown as Zarr format 2
+    "n5": Scheme("zstores.wrappers.n5:N5Store"),  # an N5 folder, shown as Zarr format 2
     "s3": Scheme(_OBJECTS + "S3Store"),
     "gs": Scheme(_OBJECTS + "GCSStore"),
     "az": Scheme(_OBJECTS + "AzureStore"),

@@ -49,7 +49,7 @@ from fsspec.spec import AbstractBufferedFile, make_instance
 from ..base import Store, check_mode
 from ..errors import StoreNotFoundError
 from ..keys import normalize_key, normalize_storage_path, prefix_of
-from . import keys_with_prefix
+from .common import keys_with_prefix
 
 __all__ = ["PROTOCOLS", "StoreFile", "StoreFileSystem", "close_shared_stores", "shared_store_urls"]
 

@@ -19,7 +19,7 @@ from ..base import Store
 from ..errors import ReadOnlyError, UnsupportedOperationError
 from ..keys import normalize_storage_path
 from ..stores.directory import DirectoryStore, NestedDirectoryStore
-from . import Adapter, TransactionSlot, keys_with_prefix
+from .common import Adapter, TransactionSlot, keys_with_prefix
 
 __all__ = ["Zarr2Store"]
 

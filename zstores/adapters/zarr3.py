@@ -12,13 +12,7 @@ one hand-off for all of them costs what LocalStore pays for each one.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import threading
-import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from zarr.abc.store import (
@@ -31,11 +25,11 @@ from zarr.abc.store import Store as ZarrABCStore
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.core.buffer.core import default_buffer_prototype
 
-from .._concurrency import ADAPTER_THREADS
 from ..base import Store
 from ..errors import InvalidKeyError
 from ..keys import RESERVED_PREFIX
-from . import Adapter, TransactionSlot, keys_with_prefix, size_under
+from .common import Adapter, TransactionSlot, keys_with_prefix, size_under
+from .workers import WORKERS as _WORKERS
 
 __all__ = ["ZarrStore", "is_blocking"]
 
@@ -53,114 +47,6 @@ def is_blocking(store: Store) -> bool:
     memory copy (measured by scripts/bench_zarr.py).
     """
     return bool(getattr(store, "blocking", True))
-
-
-Queued = tuple[Callable[[], Any], "asyncio.Future[Any]"]  # (call, future)
-Outcome = tuple["asyncio.Future[Any]", bool, Any]  # (future, succeeded, result or error)
-
-
-class _Workers:
-    """Worker threads that run blocking calls, many per hand-off.
-
-    ``run`` queues a call; the first call queued in a turn of the event loop
-    schedules a flush for the next turn, which wakes at most one thread per
-    queued call; the threads take calls from the shared queue until it is
-    empty.  Results of quick calls travel back to the loop together, at most
-    ``_HOLD_SECONDS`` after the first of them; a slow call's result goes back
-    at once.  A hand-off each way costs a thread wake-up; batching pays it
-    once for up to ``async.concurrency`` chunks where ``asyncio.to_thread``
-    pays it for each.
-    """
-
-    def __init__(self, threads: int) -> None:
-        self._threads = threads
-        self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
-        self._queued: dict[asyncio.AbstractEventLoop, list[Queued]] = {}
-
-    def _executor(self) -> ThreadPoolExecutor:
-        pool = self._pool
-        if pool is None:
-            with self._lock:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self._threads,
-                                                    thread_name_prefix="zstores-zarr")
-                pool = self._pool
-        return pool
-
-    def after_fork(self) -> None:
-        # The parent's threads do not exist in a forked child.
-        self._lock = threading.Lock()
-        self._pool = None
-        self._queued = {}
-
-    def run(self, call: Callable[[], T]) -> asyncio.Future[T]:
-        """Queue ``call`` for a worker thread; await the returned future for its result."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        queued = self._queued.get(loop)
-        if queued is None:
-            queued = self._queued[loop] = []
-            loop.call_soon(self._flush, loop)
-        queued.append((call, future))
-        return future
-
-    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        queued = self._queued.pop(loop, [])
-        work = deque(queued)
-        pool = self._executor()
-        for _ in range(min(len(queued), self._threads)):
-            pool.submit(_drain, loop, work)
-
-
-# How long a worker holds results of quick calls to send them in one wake-up.
-_HOLD_SECONDS = 0.0002
-
-
-def _drain(loop: asyncio.AbstractEventLoop, work: deque[Queued]) -> None:
-    outcomes: list[Outcome] = []
-    first_held = 0.0
-    while True:
-        try:
-            call, future = work.popleft()
-        except IndexError:
-            break
-        started = time.monotonic()
-        try:
-            outcomes.append((future, True, call()))
-        except BaseException as error:  # noqa: BLE001 - handed to the awaiting task
-            outcomes.append((future, False, error))
-        now = time.monotonic()
-        if len(outcomes) == 1:
-            first_held = now
-        if now - started >= _HOLD_SECONDS or now - first_held >= _HOLD_SECONDS:
-            _send(loop, outcomes)
-            outcomes = []
-    if outcomes:
-        _send(loop, outcomes)
-
-
-def _send(loop: asyncio.AbstractEventLoop, outcomes: list[Outcome]) -> None:
-    try:
-        loop.call_soon_threadsafe(_settle, outcomes)
-    except RuntimeError:
-        pass  # the loop has closed: nobody awaits these any more
-
-
-def _settle(outcomes: list[Outcome]) -> None:
-    for future, succeeded, value in outcomes:
-        if future.done():  # cancelled meanwhile
-            continue
-        if succeeded:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
-
-
-# As many threads as asyncio's default executor, which LocalStore uses.
-_WORKERS = _Workers(ADAPTER_THREADS)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_WORKERS.after_fork)
 
 
 def _range_args(byte_range: ByteRequest) -> tuple[int, int | None]:

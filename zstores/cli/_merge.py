@@ -43,11 +43,11 @@ def _ancestors(path: str) -> list[str]:
     return ["/".join(parts[:depth]) for depth in range(len(parts))]
 
 
-def _format_conflict(src_keys: list[str], dst: Store, dst_keys: Iterable[str],
-                     path: str) -> str | None:
+def _format_conflict(src_keys: list[str], above: list[Node], dst_keys: Iterable[str]
+                     ) -> str | None:
     ours = _formats(src_keys)
     theirs = _formats(dst_keys)
-    for node in read_nodes(dst, _ancestors(path)):  # the groups the copy lands below
+    for node in above:  # DST's nodes at the paths the copy lands below
         if node.zarr_format is not None:
             theirs.setdefault(node.zarr_format, f"{node.path}/" if node.path else "/")
     if not ours or not theirs or set(ours) == set(theirs):
@@ -75,10 +75,14 @@ def _shown(value: object) -> str:
     return str(value) if isinstance(value, tuple) else repr(value)
 
 
-def _node_conflict(src: Store, dst: Store, src_keys: list[str]) -> str | None:
-    paths = sorted({key.rpartition("/")[0] for key in src_keys
-                    if metadata_format(key) is not None and key.rpartition("/")[2] != ATTRS_V2})
-    for ours, theirs in zip(read_nodes(src, paths), read_nodes(dst, paths), strict=True):
+def _node_paths(src_keys: list[str]) -> list[str]:
+    """The paths of the nodes ``src_keys`` describe (by their metadata documents)."""
+    return sorted({key.rpartition("/")[0] for key in src_keys
+                   if metadata_format(key) is not None and key.rpartition("/")[2] != ATTRS_V2})
+
+
+def _node_conflict(src: Store, paths: list[str], at_paths: list[Node]) -> str | None:
+    for ours, theirs in zip(read_nodes(src, paths), at_paths, strict=True):
         if ours.kind == "other" or theirs.kind == "other" or ours.problem or theirs.problem:
             continue
         where = ours.path or "/"
@@ -128,5 +132,8 @@ def merge_conflict(src: Store, dst: Store, src_keys: list[str], dst_keys: Iterab
     ...                   "mix formats zarr cannot read")
     True
     """
-    return _format_conflict(src_keys, dst, dst_keys, path) or \
-        _node_conflict(src, dst, src_keys)
+    # DST is read once: its nodes above ``path`` and at the copied nodes' paths.
+    above, paths = _ancestors(path), _node_paths(src_keys)
+    dst_nodes = read_nodes(dst, above + paths)
+    return _format_conflict(src_keys, dst_nodes[:len(above)], dst_keys) or \
+        _node_conflict(src, paths, dst_nodes[len(above):])

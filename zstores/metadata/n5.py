@@ -19,7 +19,7 @@ these functions, with three rules of N5 built in:
 Unlike zarr-python 2 (whose ``.zarray`` names its ``n5_wrapper`` codec),
 the view names the plain compressor and a little-endian ``dtype``: the store
 turns N5 blocks (a header, big-endian values) into ordinary Zarr chunks
-(``zstores.stores.n5_blocks``), so any Zarr reader opens the view without an
+(``zstores.wrappers.n5_blocks``), so any Zarr reader opens the view without an
 N5 codec.
 
 Pure functions over decoded JSON; every error is a ``MetadataError`` naming

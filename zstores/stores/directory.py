@@ -674,7 +674,6 @@ class DirectoryStore(Store):
     supports_process_writers = True
     persistent = True
     hierarchical = True
-    _len_walks = True
     #: A temporary file linked into place: link() fails if the name exists.
     supports_create_if_absent = True
     supports_compare_and_swap = False

@@ -158,11 +158,7 @@ class WrapperStore(Store):
 
     def rename(self, src_path: str, dst_path: str) -> None:
         """Move a key, or every key under a prefix, with the inner store's ``rename``."""
-        self._check_writable()
-        if self._transactions and (tx := self._own_transaction()) is not None:
-            return tx.rename(src_path, dst_path)
         self._rename(self._key(src_path), self._key(dst_path))
-        return None
 
     # -------------------------------------------- transactions and snapshots
     # A transaction on the wrapper gathers its writes in an overlay over the
