@@ -341,7 +341,7 @@ def test_a_writer_paused_past_its_lease_never_lands_a_stale_write(kind, fenced, 
     """
     store, where = _data_store(kind, tmp_path, redis_url)
     make_array(store)
-    sync = RedisSynchronizer(redis_url, prefix=unique("paused") + ":", lease=1, timeout=WAIT)
+    sync = RedisSynchronizer(redis_url, prefix=unique("paused") + ":", lease=3, timeout=WAIT)
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     writer = context.Process(target=workers.paused_writer,
@@ -395,8 +395,8 @@ def test_a_write_held_up_by_a_partition_never_lands_late(fenced, redis_url):
     prefix = unique("partitioned")
     store = RedisStore(redis_url, prefix=prefix, mode="w")
     make_array(store)
-    sync = RedisSynchronizer(redis_url, prefix=unique("cut") + ":", lease=1, timeout=WAIT)
-    relayed_sync = RedisSynchronizer(relayed, prefix=sync.prefix, lease=1, timeout=WAIT)
+    sync = RedisSynchronizer(redis_url, prefix=unique("cut") + ":", lease=3, timeout=WAIT)
+    relayed_sync = RedisSynchronizer(relayed, prefix=sync.prefix, lease=3, timeout=WAIT)
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     writer = context.Process(target=workers.paused_writer,
@@ -564,7 +564,7 @@ def test_writers_on_two_hosts_never_land_a_late_write(fenced, cut, two_hosts):
     host_r, host_a, link, port = two_hosts
     prefix = unique("hosts")
     sync = {"url": f"redis://10.231.7.1:{port}/0", "prefix": unique("locks") + ":",
-            "lease": 1, "timeout": WAIT}
+            "lease": 3, "timeout": WAIT}
     local = f"redis://127.0.0.1:{port}/0"
     setup = _in_namespace(host_r, "setup", local, prefix, {**sync, "url": local}, fenced)
     setup.communicate(timeout=WAIT)
