@@ -26,8 +26,9 @@ from zstores.errors import (
     StoreIOError,
     UnsupportedOperationError,
 )
-from zstores.stores import lmdb as lmdb_module
-from zstores.stores.lmdb import LMDBStore, _Gate
+from zstores.stores.lmdb import LMDBStore
+from zstores.stores.lmdb import store as lmdb_module
+from zstores.stores.lmdb.store import _Gate
 from zstores.testing import StoreTests
 from zstores.testing.workers import value_for, write_keys
 

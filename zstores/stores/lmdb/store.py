@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import lmdb
 
-from ..base import Buffer, Mode, Store, children_by_seek
-from ..errors import (
+from ...base import Buffer, Mode, Store, children_by_seek
+from ...errors import (
     CorruptValueError,
     InvalidKeyError,
     ReadOnlyError,
@@ -27,13 +27,13 @@ from ..errors import (
     StoreNotFoundError,
     UnsupportedOperationError,
 )
-from ..keys import normalize_key
-from ..readers import BufferReader, ValueReader
-from ._reserve import SpaceReserve, free_bytes
+from ...keys import normalize_key
+from ...readers import BufferReader, ValueReader
+from .._reserve import SpaceReserve, free_bytes
 
 if TYPE_CHECKING:
-    from ..base import Version
-    from ..transactions import ChangeSet
+    from ...base import Version
+    from ...transactions import ChangeSet
 
 __all__ = ["DEFAULT_MAP_SIZE", "LMDBStore"]
 
