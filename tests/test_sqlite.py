@@ -28,8 +28,8 @@ from zstores.errors import (
     StoreNotFoundError,
     UnsupportedOperationError,
 )
-from zstores.stores import sqlite as sqlite_module
 from zstores.stores.sqlite import SQLiteStore
+from zstores.stores.sqlite import store as sqlite_module
 from zstores.testing import StoreTests
 
 from conftest import missing_peer

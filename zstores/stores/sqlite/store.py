@@ -14,8 +14,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..base import Buffer, Mode, Store, children_by_scan
-from ..errors import (
+from ...base import Buffer, Mode, Store, children_by_scan
+from ...errors import (
     CorruptValueError,
     ReadOnlyError,
     StoreClosedError,
@@ -26,13 +26,13 @@ from ..errors import (
     UnsupportedOperationError,
     ValueTooLargeError,
 )
-from ..keys import prefix_upper_bound
-from ..readers import BufferReader, SnapshotReader, ValueReader
-from ._reserve import SpaceReserve, free_bytes
+from ...keys import prefix_upper_bound
+from ...readers import BufferReader, SnapshotReader, ValueReader
+from .._reserve import SpaceReserve, free_bytes
 
 if TYPE_CHECKING:
-    from ..base import Version
-    from ..transactions import ChangeSet
+    from ...base import Version
+    from ...transactions import ChangeSet
 
 __all__ = ["SQLiteStore"]
 
