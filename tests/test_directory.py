@@ -27,8 +27,8 @@ from zstores.errors import (
     UnsupportedOperationError,
 )
 from zstores.keys import is_chunk_key_segment
-from zstores.stores import directory
 from zstores.stores.directory import DirectoryStore, NestedDirectoryStore
+from zstores.stores.directory import store as directory
 from zstores.testing import StoreTests
 
 from full_disk import (

@@ -22,8 +22,8 @@ import pytest
 
 from zstores import Store
 from zstores.errors import UnsafePathError
-from zstores.stores import directory
 from zstores.stores.directory import DirectoryStore, NestedDirectoryStore
+from zstores.stores.directory import store as directory
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -55,8 +55,8 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any, NoReturn
 
-from ..base import Buffer, Mode, Store
-from ..errors import (
+from ...base import Buffer, Mode, Store
+from ...errors import (
     InvalidKeyError,
     KeyConflictError,
     StoreExistsError,
@@ -67,8 +67,8 @@ from ..errors import (
     UnsupportedOperationError,
     ZStoresError,
 )
-from ..keys import is_chunk_key_segment
-from ..readers import ValueReader
+from ...keys import is_chunk_key_segment
+from ...readers import ValueReader
 
 __all__ = ["NAME_MAX", "TEMP_PREFIX", "DirectoryStore", "NestedDirectoryStore"]
 
