@@ -936,8 +936,16 @@ def _apply(txn: lmdb.Transaction, work: Callable[[lmdb.Transaction], T]) -> T:
 
 
 def _copy_value(txn: lmdb.Transaction, key: bytes) -> bytes | None:
-    """``_SharedEnv.transact`` work of ``_get``: the value copied out of the map, or None."""
-    return _copy(txn.get(key))
+    """``_SharedEnv.transact`` work of ``_get``: the value copied out of the map, or None.
+
+    ``_copy`` written out: on the hot path of every get, one call less.
+    """
+    value = txn.get(key)
+    if value is None:
+        return None
+    if len(value) >= _PREFETCH_BYTES:
+        _prefetch(value)
+    return bytes(value)
 
 
 def _put(txn: lmdb.Transaction, item: tuple[bytes, Buffer]) -> None:
