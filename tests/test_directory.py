@@ -28,7 +28,7 @@ from zstores.errors import (
 )
 from zstores.keys import is_chunk_key_segment
 from zstores.stores import directory
-from zstores.stores.directory import DirectoryStore, NestedDirectoryStore
+from zstores.stores.directory import DirectoryStore, NestedDirectoryStore, posixfs
 from zstores.testing import StoreTests
 
 from full_disk import (
@@ -453,7 +453,7 @@ def test_listdir_reads_one_folder_only(cls, root: Path, monkeypatch) -> None:
         scans.append(path)
         return real_scandir(path)
 
-    monkeypatch.setattr(directory.os, "scandir", counted_scandir)
+    monkeypatch.setattr(os, "scandir", counted_scandir)
     names = store.listdir("arr")
     assert names == sorted([".zarray", *map(str, range(300))])
     assert len(scans) == 1
@@ -916,7 +916,7 @@ def test_set_if_not_exists_removes_a_keyless_folder_in_the_way(root: Path) -> No
     assert store["empty"] == b"v"
 
 
-@pytest.mark.skipif(directory._renameat2 is None, reason="no renameat2 on this system")
+@pytest.mark.skipif(posixfs._renameat2 is None, reason="no renameat2 on this system")
 def test_set_if_not_exists_without_hard_links(root: Path, monkeypatch) -> None:
     """A file system without hard links (FAT, some FUSE mounts) answers link() with
     EPERM: renameat2(RENAME_NOREPLACE), a real system call, does the work."""
@@ -924,7 +924,7 @@ def test_set_if_not_exists_without_hard_links(root: Path, monkeypatch) -> None:
         raise OSError(errno.EPERM, "Operation not permitted")
 
     store = DirectoryStore(root)
-    monkeypatch.setattr(directory.os, "link", no_hard_links)
+    monkeypatch.setattr(os, "link", no_hard_links)
     assert store.set_if_not_exists("a/b", b"first")
     assert not store.set_if_not_exists("a/b", b"second")
     assert store["a/b"] == b"first"

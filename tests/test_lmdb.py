@@ -26,8 +26,9 @@ from zstores.errors import (
     StoreIOError,
     UnsupportedOperationError,
 )
-from zstores.stores import lmdb as lmdb_module
-from zstores.stores.lmdb import LMDBStore, _Gate
+from zstores.stores.lmdb import LMDBStore
+from zstores.stores.lmdb import env as lmdb_env
+from zstores.stores.lmdb.env import _Gate
 from zstores.testing import StoreTests
 from zstores.testing.workers import value_for, write_keys
 
@@ -406,7 +407,7 @@ def test_an_io_error_is_a_full_disk_only_when_the_disk_is_full(tmp_path, small_f
     # LMDB reports a write cut short by a full disk as EIO: the store tells
     # the two apart by the room left on the file system.
     eio = lmdb.Error("mdb_txn_commit: Input/output error")
-    _translate = lmdb_module._translate
+    _translate = lmdb_env._translate
     error = _translate("store", eio, folder=str(tmp_path), write=True, payload=1000)
     assert type(error) is StoreIOError and error.errno == errno.EIO
     with open(small_fs / "filler", "wb") as filler:
@@ -675,8 +676,9 @@ def test_the_map_is_made_large_before_the_first_view(tmp_path):
 
 
 def test_a_map_growth_while_a_view_lives_waits_then_says_why(tmp_path, monkeypatch):
-    monkeypatch.setattr(lmdb_module, "_VIEW_WAIT_SECONDS", 0.2)
-    monkeypatch.setattr(lmdb_module, "_VIEW_MAP_SIZE", 1 * MiB)
+    # Where they are read: the environment's remap waits for views and sizes the map.
+    monkeypatch.setattr(lmdb_env, "_VIEW_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(lmdb_env, "_VIEW_MAP_SIZE", 1 * MiB)
     store = LMDBStore(tmp_path / "v.lmdb", map_size=1 * MiB)
     store["k"] = b"z" * (64 * KiB)
     view = store.getview("k")

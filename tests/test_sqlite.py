@@ -28,8 +28,9 @@ from zstores.errors import (
     StoreNotFoundError,
     UnsupportedOperationError,
 )
-from zstores.stores import sqlite as sqlite_module
 from zstores.stores.sqlite import SQLiteStore
+from zstores.stores.sqlite import connection as sqlite_connection
+from zstores.stores.sqlite import store as sqlite_store
 from zstores.testing import StoreTests
 
 from conftest import missing_peer
@@ -265,7 +266,7 @@ def test_synchronous_full_fsyncs_every_commit_and_normal_does_not(tmp_path):
 
 def test_values_around_the_blob_read_size_read_back_whole(tmp_path):
     # Values above 256 KiB are read through a blob handle, the rest by SELECT.
-    limit = sqlite_module._BLOB_READ_ABOVE
+    limit = sqlite_store._BLOB_READ_ABOVE
     values = {f"v/{size}": bytes([size % 251]) * size
               for size in (0, 1, limit - 1, limit, limit + 1, 3 * limit + 7)}
     with SQLiteStore(tmp_path / "db.sqlite") as store:
@@ -287,7 +288,7 @@ def test_large_values_read_whole_while_a_writer_replaces_them(tmp_path):
     # reused) by another connection, so a read returns one whole value of its
     # own key, never a mix or another key's value.
     path = tmp_path / "db.sqlite"
-    size = 2 * sqlite_module._BLOB_READ_ABOVE
+    size = 2 * sqlite_store._BLOB_READ_ABOVE
     versions = {key: [bytes([n]) * size for n in (i, i + 100)]
                 for i, key in enumerate(["a", "b", "c"])}
     with SQLiteStore(path) as store:
@@ -341,7 +342,8 @@ def _checkpoint_threads():
 def test_wal_is_checkpointed_by_a_thread_of_its_own_and_stays_bounded(tmp_path, monkeypatch):
     """Commits never run SQLite's automatic checkpoint; the store's thread
     copies the WAL into the file while writes go on, and the WAL stays bounded."""
-    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_BYTES", 1 << 20)
+    # Where it is read: the checkpoint thread counts the bytes written.
+    monkeypatch.setattr(sqlite_connection, "_CHECKPOINT_BYTES", 1 << 20)
     path = tmp_path / "data.sqlite"
     value = bytes(range(256)) * 256  # 64 KiB
     largest_wal = 0
@@ -357,7 +359,7 @@ def test_wal_is_checkpointed_by_a_thread_of_its_own_and_stays_bounded(tmp_path, 
     # and the WAL never held more than a few checkpoints' worth.
     assert file_size_before_close > 10 << 20
     # (a WAL frame holds a 16 KiB page: 64 KiB values take about 1.25x their size)
-    assert largest_wal < 2 * (sqlite_module._CHECKPOINT_LAG + 2) << 20  # unbounded: ~25 MiB
+    assert largest_wal < 2 * (sqlite_connection._CHECKPOINT_LAG + 2) << 20  # unbounded: ~25 MiB
     assert not (tmp_path / "data.sqlite-wal").exists()  # the last close checkpointed it all
     assert not _checkpoint_threads()
     with SQLiteStore(path, mode="r") as store:
@@ -367,15 +369,15 @@ def test_wal_is_checkpointed_by_a_thread_of_its_own_and_stays_bounded(tmp_path, 
 @pytest.mark.timeout(60)
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_writers_never_wait_for_a_checkpoint_thread_that_failed(tmp_path, monkeypatch):
-    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_BYTES", 1 << 16)
+    monkeypatch.setattr(sqlite_connection, "_CHECKPOINT_BYTES", 1 << 16)
     with SQLiteStore(tmp_path / "data.sqlite") as store:
         def refuse():
             raise sqlite3.OperationalError("unable to open database file")
 
         store._checkpointer._connect = refuse
-        for i in range(4 * sqlite_module._CHECKPOINT_LAG):  # far past the lag
+        for i in range(4 * sqlite_connection._CHECKPOINT_LAG):  # far past the lag
             store[f"k{i}"] = bytes(1 << 16)
-        assert len(store) == 4 * sqlite_module._CHECKPOINT_LAG
+        assert len(store) == 4 * sqlite_connection._CHECKPOINT_LAG
 
 
 def test_a_read_only_store_starts_no_checkpoint_thread(tmp_path):

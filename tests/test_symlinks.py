@@ -22,8 +22,8 @@ import pytest
 
 from zstores import Store
 from zstores.errors import UnsafePathError
-from zstores.stores import directory
 from zstores.stores.directory import DirectoryStore, NestedDirectoryStore
+from zstores.stores.directory import store as directory_store
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -73,8 +73,9 @@ def cls(request: pytest.FixtureRequest) -> type[DirectoryStore]:
 def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Reads resolve a key in one openat2 call where Linux has it, else folder by folder."""
     if request.param == "walk":
-        monkeypatch.setattr(directory, "_openat2", None)
-    elif directory._openat2 is None:
+        # Where it is read: the store's opens and stats resolve keys with it.
+        monkeypatch.setattr(directory_store, "_openat2", None)
+    elif directory_store._openat2 is None:
         pytest.skip("openat2 is not available here (Linux 5.6+, allowed by seccomp)")
     return request.param
 

@@ -13,7 +13,7 @@ How a backend pins a version is its own business:
   hands it a zero-copy view whose read transaction keeps the pages from
   being reused, Redis, MongoDB and the others the bytes read once);
 * a folder store keeps a descriptor on the file its atomic renames replace
-  (``stores/directory.py``), so the old file stays readable whole;
+  (``stores/directory/``), so the old file stays readable whole;
 * ``SnapshotReader`` reads ranges through a snapshot of the store (SQLite's
   read transaction on a connection of its own), for values too large to copy.
 
