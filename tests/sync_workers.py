@@ -107,3 +107,23 @@ def add_ones_from(target, regions: list[tuple[int, int]], rounds: int, start_at:
             else:
                 target[start:stop] = target[start:stop] + 1
     return rounds * len(regions)
+
+
+def add_ones_in_step(array, regions: list[tuple[int, int]], rounds: int, barrier) -> int:
+    """Add 1 to each region ``rounds`` times, unguarded, every writer reading before any writes.
+
+    The lost updates of zarr-python issue #1224 made certain rather than
+    hoped for: in each round every writer reads its regions, waits at
+    ``barrier`` (a ``Manager().Barrier`` shared by all the writers) until
+    all have read, writes them back plus 1, and waits again.  Where two
+    writers' regions overlap, both write the value they read plus 1, so one
+    increment of every overlapping element is lost each round, however the
+    machine's scheduler runs the writers.
+    """
+    for _ in range(rounds):
+        read = [array[start:stop] for start, stop in regions]
+        barrier.wait()
+        for (start, stop), values in zip(regions, read, strict=True):
+            array[start:stop] = values + 1
+        barrier.wait()
+    return rounds * len(regions)

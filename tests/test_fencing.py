@@ -45,6 +45,16 @@ from zstores.stores.redis import RedisStore  # noqa: E402 - needs redis
 pytestmark = pytest.mark.timeout(300)
 
 WAIT = 120  # seconds any single wait on another process may take at most
+#: The lease of the writer the tests stop (SIGSTOP, a frozen link): short, since each test
+#: waits it out, yet long enough that its renewals keep it to its pause point on a loaded
+#: machine (1 s ran out before the pause beside stress-ng at load 25).
+PAUSED_LEASE = 4
+#: The lease of the other writer, which is never stopped: nothing of it may run out.
+OTHER_LEASE = 60
+#: Store options of a writer whose link is cut: its write (or a reconnect) waits for the
+#: answer as long as the cut lasts (the paused lease and the other writer's ten
+#: increments), not redis-py's default 5 s.
+HELD_UP = {"socket_timeout": WAIT, "socket_connect_timeout": WAIT}
 REGION = workers.REGION
 
 
@@ -341,7 +351,9 @@ def test_a_writer_paused_past_its_lease_never_lands_a_stale_write(kind, fenced, 
     """
     store, where = _data_store(kind, tmp_path, redis_url)
     make_array(store)
-    sync = RedisSynchronizer(redis_url, prefix=unique("paused") + ":", lease=3, timeout=WAIT)
+    sync = RedisSynchronizer(redis_url, prefix=unique("paused") + ":", lease=PAUSED_LEASE,
+                             timeout=WAIT)
+    other = RedisSynchronizer(redis_url, prefix=sync.prefix, lease=OTHER_LEASE, timeout=WAIT)
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     writer = context.Process(target=workers.paused_writer,
@@ -353,7 +365,7 @@ def test_a_writer_paused_past_its_lease_never_lands_a_stale_write(kind, fenced, 
         stop(writer.pid)
         try:
             client = redis.Redis.from_url(redis_url)
-            proxy = zstores.synchronized(make_array_view(store), sync, fenced=fenced)
+            proxy = zstores.synchronized(make_array_view(store), other, fenced=fenced)
             names = [sync.lock_name(key) for key in proxy.layout.keys(REGION)]
             wait_until(lambda: not client.exists(*names), "the stopped writer's lease to end")
             for _ in range(10):
@@ -395,13 +407,15 @@ def test_a_write_held_up_by_a_partition_never_lands_late(fenced, redis_url):
     prefix = unique("partitioned")
     store = RedisStore(redis_url, prefix=prefix, mode="w")
     make_array(store)
-    sync = RedisSynchronizer(redis_url, prefix=unique("cut") + ":", lease=3, timeout=WAIT)
-    relayed_sync = RedisSynchronizer(relayed, prefix=sync.prefix, lease=3, timeout=WAIT)
+    sync = RedisSynchronizer(redis_url, prefix=unique("cut") + ":", lease=OTHER_LEASE,
+                             timeout=WAIT)
+    relayed_sync = RedisSynchronizer(relayed, prefix=sync.prefix, lease=PAUSED_LEASE,
+                                     timeout=WAIT)
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     writer = context.Process(target=workers.paused_writer,
-                             args=("redis", (relayed, prefix), relayed_sync, fenced, "write",
-                                   theirs))
+                             args=("redis", (relayed, prefix, HELD_UP), relayed_sync, fenced,
+                                   "write", theirs))
     writer.start()
     theirs.close()
     try:
@@ -491,6 +505,12 @@ def _ip(*arguments: str, namespace: str | None = None) -> None:
     subprocess.run(command, check=True, capture_output=True, timeout=30)
 
 
+def _mac(namespace: str, device: str) -> str:
+    done = subprocess.run(["ip", "netns", "exec", namespace, "ip", "-j", "link", "show", "dev",
+                           device], check=True, capture_output=True, text=True, timeout=30)
+    return json.loads(done.stdout)[0]["address"]
+
+
 @pytest.fixture
 def two_hosts(tmp_path):
     """Namespaces R (a Redis server on 10.231.7.1) and A (10.231.7.2), joined by a veth pair.
@@ -515,6 +535,14 @@ def two_hosts(tmp_path):
         _ip("addr", "add", "10.231.7.2/30", "dev", f"za{tag}", namespace=host_a)
         _ip("link", "set", f"zr{tag}", "up", namespace=host_r)
         _ip("link", "set", f"za{tag}", "up", namespace=host_a)
+        # Each host knows the other's link address for good: while the link is cut, a
+        # reconnect's packets are dropped and wait, as over a real cable, instead of
+        # failing with "no route to host" once a neighbour look-up times out (which a
+        # cut lasting a few seconds on a loaded machine reached).
+        _ip("neigh", "replace", "10.231.7.1", "lladdr", _mac(host_r, f"zr{tag}"), "dev",
+            f"za{tag}", "nud", "permanent", namespace=host_a)
+        _ip("neigh", "replace", "10.231.7.2", "lladdr", _mac(host_a, f"za{tag}"), "dev",
+            f"zr{tag}", "nud", "permanent", namespace=host_r)
         port = 6379
         server = subprocess.Popen(
             ["ip", "netns", "exec", host_r, "redis-server", "--bind", "127.0.0.1 10.231.7.1",
@@ -564,14 +592,15 @@ def test_writers_on_two_hosts_never_land_a_late_write(fenced, cut, two_hosts):
     host_r, host_a, link, port = two_hosts
     prefix = unique("hosts")
     sync = {"url": f"redis://10.231.7.1:{port}/0", "prefix": unique("locks") + ":",
-            "lease": 3, "timeout": WAIT}
+            "lease": PAUSED_LEASE, "timeout": WAIT}
     local = f"redis://127.0.0.1:{port}/0"
     setup = _in_namespace(host_r, "setup", local, prefix, {**sync, "url": local}, fenced)
     setup.communicate(timeout=WAIT)
     # A waits for a connection as long as the cut lasts, as TCP does.
     writer = _in_namespace(host_a, "paused", sync["url"], prefix, sync, fenced,
-                           connect_timeout=WAIT)
-    other = _in_namespace(host_r, "other", local, prefix, {**sync, "url": local}, fenced)
+                           connect_timeout=WAIT, **HELD_UP)
+    other = _in_namespace(host_r, "other", local, prefix,
+                          {**sync, "url": local, "lease": OTHER_LEASE}, fenced)
     try:
         assert _message(writer) == "write"
         if cut == "sigstop":

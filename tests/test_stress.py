@@ -345,7 +345,6 @@ def _run_workers(kind: str, tmp_path: Path) -> tuple[list[dict], list[Path]]:
 @pytest.mark.parametrize("kind", ["sqlite", "lmdb", "directory"])
 def test_processes_and_threads_never_see_a_torn_foreign_or_lost_value(
         kind: str, tmp_path: Path) -> None:
-    started = time.monotonic()
     summaries, logs = _run_workers(kind, tmp_path)
     assert len(summaries) == PROCESSES
     changes = read_logs(logs)
@@ -356,7 +355,6 @@ def test_processes_and_threads_never_see_a_torn_foreign_or_lost_value(
         assert max(s["map_size"] for s in summaries) > TINY_MAP, "the map never grew"
     print(f"{kind}: {sum(s['ops'] for s in summaries)} operations, "
           f"{sum(len(c) for c in changes.values())} completed key changes")
-    assert time.monotonic() - started < SECONDS * 2 + 60
 
 
 def test_the_final_checks_catch_lost_stale_and_unwritten_values() -> None:

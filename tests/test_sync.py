@@ -640,7 +640,8 @@ def test_atomic_region_writes_are_never_seen_half_done(pool, tmp_path):
         proxy[:] = 0
         writing = pool.apply_async(workers.write_whole_regions, (proxy, 5, 35, 40))
         reads, seen = 0, set()
-        while not writing.ready() and reads < 100_000:
+        # One read at least, even if the writer finished before this process got a core.
+        while reads == 0 or (not writing.ready() and reads < 100_000):
             with proxy.locked(slice(5, 35)):
                 values = proxy[5:35]
             assert len(set(values.tolist())) == 1, f"a torn region: {values}"
