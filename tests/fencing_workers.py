@@ -201,15 +201,23 @@ def netns_main(role: str, kind_where: str, sync_args: str, fenced: str) -> None:
     import zstores
 
     url, prefix, *options = json.loads(kind_where)
-    sync = zstores.RedisSynchronizer(**json.loads(sync_args))
+    sync_options = json.loads(sync_args)
+    sync = zstores.RedisSynchronizer(**sync_options)
     pipe = LinePipe(sys.stdin, sys.stdout)
+    # The data: "sqlite:PATH" or "lmdb:PATH" (a file both hosts see), else a Redis URL.
+    kind, _, path = url.partition(":")
+    if kind in ("sqlite", "lmdb"):
+        where: Any = path
+    else:
+        kind, where = "redis", (url, prefix)
     if role == "paused":
-        paused_writer("redis", (url, prefix, *options), sync, fenced == "1", "write", pipe)
+        paused_writer(kind, where if kind != "redis" else (url, prefix, *options), sync,
+                      fenced == "1", "write", pipe)
         return
     if role in ("setup", "values"):
         import zarr
 
-        store = open_store("redis", (url, prefix))
+        store = open_store(kind, where)
         if role == "setup":
             zarr.create_array(zstores.zarr_store(store), name="data", shape=(20,), chunks=(3,),
                               dtype="i4", fill_value=0, overwrite=True)
@@ -222,11 +230,11 @@ def netns_main(role: str, kind_where: str, sync_args: str, fenced: str) -> None:
         import redis
         import zarr
 
-        store = open_store("redis", (url, prefix))
+        store = open_store(kind, where)
         proxy = zstores.synchronized(
             zarr.open_array(zstores.zarr_store(store), path="data", mode="r+"), sync,
             fenced=fenced == "1")
-        client = redis.Redis.from_url(url)
+        client = redis.Redis.from_url(sync_options["url"])  # where the locks are
         names = [sync.lock_name(key) for key in proxy.layout.keys(REGION)]
         assert pipe.recv() == "go"  # started (and zarr imported) before the cut
         while client.exists(*names):

@@ -578,28 +578,37 @@ def _message(process: subprocess.Popen):
     return json.loads(line)
 
 
-@pytest.mark.parametrize("cut", ["sigstop", "link-down"])
+# A cut link delays a write only when the data are behind it (Redis); a writer
+# of a file both hosts see writes at once, within its lease, whatever its link
+# to the locks: for files only a pause can make a write late.
+@pytest.mark.parametrize(("kind", "cut"), [("redis", "sigstop"), ("redis", "link-down"),
+                                           ("sqlite", "sigstop"), ("lmdb", "sigstop")])
 @pytest.mark.parametrize("fenced", [True, False], ids=["fenced", "unfenced"])
-def test_writers_on_two_hosts_never_land_a_late_write(fenced, cut, two_hosts):
-    """Redis (data and locks) on host R; A on host A stops or loses its link as its write leaves.
+def test_writers_on_two_hosts_never_land_a_late_write(kind, fenced, cut, two_hosts, tmp_path):
+    """Locks in Redis on host R; A on host A stops or loses its link as its write leaves.
 
-    The other writer, on R, takes A's expired locks and adds 1 ten times;
-    then A resumes (SIGCONT, or the link comes back up and TCP delivers what
-    it held: R's end goes down, so A's packets are dropped, not refused).
-    Fenced: A's late commit is refused, 0 lost.  Unfenced: A's stale write
-    lands, 10 lost.
+    The data: in the same Redis, or an SQLite or LMDB file both hosts see
+    (a shared file system; for LMDB, one machine's processes in different
+    network namespaces, as LMDB needs).  The other writer, on R, takes A's
+    expired locks and adds 1 ten times; then A resumes (SIGCONT, or the link
+    comes back up and TCP delivers what it held: R's end goes down, so A's
+    packets are dropped, not refused).  Fenced: A's late commit is refused
+    (the fence records are read in its write transaction), 0 lost.
+    Unfenced: A's stale write lands, 10 lost.
     """
     host_r, host_a, link, port = two_hosts
     prefix = unique("hosts")
     sync = {"url": f"redis://10.231.7.1:{port}/0", "prefix": unique("locks") + ":",
             "lease": PAUSED_LEASE, "timeout": WAIT}
     local = f"redis://127.0.0.1:{port}/0"
-    setup = _in_namespace(host_r, "setup", local, prefix, {**sync, "url": local}, fenced)
+    data_local = local if kind == "redis" else f"{kind}:{tmp_path / f'data.{kind}'}"
+    data_remote = sync["url"] if kind == "redis" else data_local
+    setup = _in_namespace(host_r, "setup", data_local, prefix, {**sync, "url": local}, fenced)
     setup.communicate(timeout=WAIT)
     # A waits for a connection as long as the cut lasts, as TCP does.
-    writer = _in_namespace(host_a, "paused", sync["url"], prefix, sync, fenced,
+    writer = _in_namespace(host_a, "paused", data_remote, prefix, sync, fenced,
                            connect_timeout=WAIT, **HELD_UP)
-    other = _in_namespace(host_r, "other", local, prefix,
+    other = _in_namespace(host_r, "other", data_local, prefix,
                           {**sync, "url": local, "lease": OTHER_LEASE}, fenced)
     try:
         assert _message(writer) == "write"
@@ -628,7 +637,7 @@ def test_writers_on_two_hosts_never_land_a_late_write(fenced, cut, two_hosts):
     assert outcome == "refused", detail
     # Fenced: by the store's check at commit; unfenced: at release, after the write landed.
     assert ("its commit was refused" if fenced else "expired after") in detail
-    check = _in_namespace(host_r, "values", local, prefix, {**sync, "url": local}, fenced)
+    check = _in_namespace(host_r, "values", data_local, prefix, {**sync, "url": local}, fenced)
     values = _message(check)
     check.wait(WAIT)
     assert values == ([10] * 10 if fenced else [1] * 10)
