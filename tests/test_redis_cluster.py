@@ -467,7 +467,7 @@ def test_zstores_cp_to_and_from_the_cluster(cluster_url, tmp_path):
     cluster = url_with_prefix(cluster_url, "zc-cli")
     back = f"sqlite://{tmp_path}/back.sqlite"
     try:
-        there = zstores_cmd("cp", source, cluster)
+        there = zstores_cmd("cp", source, cluster, "--verify")  # every key read back
         assert (there.code, there.err) == (0, ""), there
         assert "41 of 41 keys verified" in there.out
         with open_store(cluster, mode="r") as store:
@@ -721,8 +721,9 @@ def test_synchronizer_on_the_cluster_tokens_grow_and_its_refusals(cluster_url):
     with pytest.raises(StoreURLError, match=r"cluster_enabled:1.*redis\+cluster://"):
         with RedisSynchronizer(node_url)["k"]:
             pass
-    # Fenced writes need the fence record and the chunk in one slot: a spread store has
-    # no transactions, and fenced=True is refused at once, naming it.
+    # A spread store has no transactions for fence records, but each key's
+    # compare-and-swap (one slot): fenced writes are conditional chunk writes there,
+    # as on object stores; atomic regions need one slot, and are refused, naming it.
     store = _cluster_array(cluster_url, "zc-spread-fence")
     try:
         zarr = pytest.importorskip("zarr")
@@ -730,7 +731,9 @@ def test_synchronizer_on_the_cluster_tokens_grow_and_its_refusals(cluster_url):
 
         array = zarr.open_array(zarr_store(store), path="data", mode="r+")
         with pytest.raises(UnsupportedOperationError, match="RedisClusterStore"):
-            synchronized(array, sync, fenced=True)
+            synchronized(array, sync, fenced=True, atomic=True)
+        synchronized(array, sync, fenced=True)[0:3] = 2
+        assert array[0:4].tolist() == [2, 2, 2, 0]
         synchronized(array, sync)[0:3] = 1  # unfenced locking works on any placement
         assert array[0:4].tolist() == [1, 1, 1, 0]
     finally:
