@@ -82,13 +82,18 @@ def paused_writer(kind: str, where: Any, sync: Any, fenced: bool, pause_at: str,
 
     Sends ("done", "") or ("refused", the LeaseExpiredError) at the end.
     """
+    pause = Pause(connection)
+    add_one_paused(open_store(kind, where, pause), pause, sync, fenced, pause_at, connection)
+
+
+def add_one_paused(store: Any, pause: Pause, sync: Any, fenced: bool, pause_at: str,
+                   connection: Any) -> None:
+    """``paused_writer``'s work on ``store`` (one that calls ``pause`` at its writes); closes it."""
     import zarr
 
     import zstores
     from zstores.errors import LeaseExpiredError
 
-    pause = Pause(connection)
-    store = open_store(kind, where, pause)
     array = zarr.open_array(zstores.zarr_store(store), path="data", mode="r+")
     proxy = zstores.synchronized(array, sync, fenced=fenced)
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from fencing_workers import REGION, Pause
+from fencing_workers import REGION, Pause, add_one_paused
 
 
 def s3_store(location: str, options: dict[str, Any], pause: Pause | None = None) -> Any:
@@ -48,29 +48,9 @@ def paused_writer(location: str, options: dict[str, Any], sync: Any, fenced: boo
 
     Sends ("done", "") or ("refused", the LeaseExpiredError) at the end.
     """
-    import zarr
-
-    import zstores
-    from zstores.errors import LeaseExpiredError
-
     pause = Pause(connection)
-    store = s3_store(location, options, pause)
-    array = zarr.open_array(zstores.zarr_store(store), path="data", mode="r+")
-    proxy = zstores.synchronized(array, sync, fenced=fenced)
-    try:
-        with proxy.locked(REGION):
-            before = np.asarray(proxy[REGION])
-            pause.arm()
-            if pause_at == "read":
-                pause("read")
-            proxy[REGION] = before + 1
-        connection.send(("done", ""))
-    except LeaseExpiredError as error:
-        connection.send(("refused", repr(error)))
-    except Exception as error:  # noqa: BLE001 - any other failure goes to the test
-        connection.send(("error", repr(error)))
-    finally:
-        store.close()
+    add_one_paused(s3_store(location, options, pause), pause, sync, fenced, pause_at,
+                   connection)
 
 
 def count_under_lock(sync: Any, location: str, options: dict[str, Any], rounds: int) -> int:
