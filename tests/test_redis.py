@@ -885,3 +885,41 @@ def test_wait_replicas_waits_for_a_replica_and_says_when_none_confirmed(private_
     with redis.Redis.from_url(primary.url()) as client, \
             pytest.raises(ValueError, match="wait_replicas"):
         RedisStore(client, wait_replicas=1)
+
+
+def test_failed_durable_writes_give_their_connections_back(private_redis):
+    """A durable write (wait_replicas=1) that fails on the server gives its pinned
+    connection back to the pool: three pools' worth of refused writes (the server out of
+    memory), then writes go through again on the same store handle.  (They once stayed
+    pinned: the pool filled and every later call said "Too many connections" for good,
+    as a cluster failover's failed writes did to every node's pool.)"""
+    from zstores._concurrency import ADAPTER_THREADS
+    from zstores.errors import StoreFullError
+
+    primary = private_redis("--maxmemory-policy", "noeviction")
+    replica = private_redis("--replicaof", "127.0.0.1", str(primary.port))
+    with redis.Redis(port=replica.port) as watcher:
+        while watcher.info("replication").get("master_link_status") != "up":
+            time.sleep(0.05)  # the replica's first sync; not a timing assert
+    limit = ADAPTER_THREADS  # the smallest pool the store accepts
+    store = open_store(f"{primary.url()}?prefix=zp&wait_replicas=1&wait_timeout=2"
+                       f"&max_connections={limit}", mode="w")
+    with redis.Redis(port=primary.port) as admin:
+        try:
+            store["before"] = b"1"
+            admin.config_set("maxmemory", 1)  # every write refused: OOM
+            for number in range(3 * limit):
+                with pytest.raises(StoreFullError):
+                    if number % 2:
+                        store.setitems({f"a/{number}": b"x", f"b/{number}": b"y"})
+                    else:
+                        store[f"k{number}"] = b"x"
+            admin.config_set("maxmemory", 0)
+            store["after"] = b"2"
+            store.setitems({f"c/{i}": b"%d" % i for i in range(10)})
+            assert store["after"] == b"2"
+            assert len(store.getitems([f"c/{i}" for i in range(10)])) == 10
+            # the store's pool, the replica's link and this admin connection at most
+            assert admin.info("clients")["connected_clients"] <= limit + 2
+        finally:
+            store.close()

@@ -534,6 +534,7 @@ class _Writer(threading.Thread):
         self.store = store
         self.acknowledged: dict[str, bytes] = {}
         self.errors: list[str] = []
+        self.messages: list[str] = []  # the last few, for a failure's report
         self.batches = 0
         self.stop = threading.Event()
         self.progress = threading.Condition()
@@ -547,6 +548,7 @@ class _Writer(threading.Thread):
                 self.store.setitems(batch)
             except (StoreConnectionError, StoreIOError) as error:
                 self.errors.append(type(error).__name__)
+                self.messages = [*self.messages[-4:], str(error)[:300]]
                 continue
             with self.progress:
                 self.acknowledged.update(batch)
@@ -558,7 +560,7 @@ class _Writer(threading.Thread):
         with self.progress:
             goal = self.batches + batches
             assert self.progress.wait_for(lambda: self.batches >= goal, timeout=120), (
-                f"no {batches} acknowledged batches in 120 s; errors: {self.errors[-5:]}")
+                f"no {batches} acknowledged batches in 120 s; last errors: {self.messages}")
 
 
 @pytest.mark.parametrize("wait_replicas", [1, 0], ids=["wait_replicas=1", "async"])

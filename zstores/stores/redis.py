@@ -306,7 +306,7 @@ def _durable(method: Any) -> Any:
         try:
             result = method(self, *args, **kwargs)
         except BaseException:
-            _release_pinned(pinned)
+            _release_pinned(pinned, failed=True)
             raise
         finally:
             _PINNED.reset(token)
@@ -333,10 +333,21 @@ def _check_wait(replicas: Any, timeout: Any) -> tuple[int, float]:
     return replicas, seconds
 
 
-def _release_pinned(pinned: dict[int, tuple[Any, Any]]) -> None:
-    for pool, connection in pinned.values():
-        pool.release(connection)
+def _release_pinned(pinned: dict[int, tuple[Any, Any]], *, failed: bool = False) -> None:
+    """Give a durable write's pinned connections back to their pools.
+
+    The entries leave ``pinned`` first: a pool releases a connection it
+    finds still pinned to the running write as a no-op, and a failed write
+    releases while ``_PINNED`` still names this dict.  (Released that way,
+    a hundred failed writes left every pool full: "Too many connections".)
+    A failed write's connection may hold unread answers, so it is closed.
+    """
+    entries = list(pinned.values())
     pinned.clear()
+    for pool, connection in entries:
+        if failed:
+            connection.disconnect()
+        pool.release(connection)
 
 
 def server_of(client: Any) -> tuple[Any, ...]:
@@ -725,6 +736,7 @@ class RedisStore(Store):
         """
         redis = _import_redis()
         short: list[str] = []
+        failed = True
         try:
             for _, connection in pinned.values():
                 connection.send_command("WAIT", self._wait_replicas,
@@ -740,8 +752,9 @@ class RedisStore(Store):
                 if confirmed < self._wait_replicas:
                     where = f"{getattr(connection, 'host', '?')}:{getattr(connection, 'port', '?')}"
                     short.append(f"{where}: {confirmed}")
+            failed = False
         finally:
-            _release_pinned(pinned)
+            _release_pinned(pinned, failed=failed)
         if short:
             raise ReplicationTimeoutError(
                 f"{self._store_name()}: the write was applied, but fewer replicas than "
