@@ -28,6 +28,7 @@ from typing import Any, Protocol, Self
 
 from ..errors import LeaseExpiredError, LockTimeoutError, LockUnsupportedError, ZStoresError
 from ..secrets import redact_url, secrets_of
+from .lease import LeasedLock
 
 __all__ = [
     "LeaseExpiredError",
@@ -615,7 +616,7 @@ RENEWALS_PER_LEASE = 3
 _WATCHDOG_LINGER = 5.0  # seconds a renewal thread with no lock to renew waits for one
 
 
-class RedisLock:
+class RedisLock(LeasedLock):
     """The lock of one key of a ``RedisSynchronizer``: a Redis key with a lease.
 
     Once acquired, ``token`` is its fencing token: a number that grows with
@@ -627,19 +628,17 @@ class RedisLock:
     ``LeaseExpiredError`` once a renewal failed or came too late.
     """
 
+    kind = "Redis lock"
+    _owner: RedisSynchronizer
+
     def __init__(self, key: str, base: str, timeout: float | None,
                  owner: RedisSynchronizer) -> None:
-        self.key = key
-        self.name = base + LOCK_SEPARATOR + _LOCK
+        super().__init__(key, base + LOCK_SEPARATOR + _LOCK, owner, timeout)
         self._keys = [self.name, base + LOCK_SEPARATOR + _QUEUE,
                       base + LOCK_SEPARATOR + _ALIVE, owner._tokens_key(base)]
-        self._timeout = timeout
-        self._owner = owner
-        self.token: int | None = None
-        self._value = ""
-        self._valid_until = 0.0  # time.monotonic() when the lease may have run out
-        self._lost: str | None = None  # why the lease is known to be lost
-        self._renewal_failed = False  # the last renewal raised (warned once per streak)
+
+    def _where(self) -> str:
+        return self._owner._describe()
 
     def acquire(self, timeout: float | None = None) -> None:
         """Wait for the lock; ``timeout`` (default: the synchronizer's) bounds the wait.
@@ -695,58 +694,22 @@ class RedisLock:
         except Exception:  # the place expires anyway; keep the first error
             logger.debug("could not leave the queue of %s", self.name, exc_info=True)
 
-    def _granted(self, waiter: str, token: int, sent: float) -> None:
-        self.token = token
-        self._value = waiter
-        self._lost = None
-        self._valid_until = sent + self._owner.lease
-        self._owner._watchdog.hold(self)
-
     def _renew(self) -> None:
         """Extend the lease (called by the watchdog); mark the lock lost if that fails."""
         owner = self._owner
         sent = time.monotonic()
-        if sent >= self._valid_until:  # too late: another writer may hold it by now
-            self._lost = (f"no renewal reached {owner._describe()} within its {owner.lease} s "
-                          "lease")
+        if self._overdue():  # too late: another writer may hold it by now
             return
         try:
             renewed = owner._script(_RENEW, self._keys[:1], self._value, owner._lease_ms)
         except (ZStoresError, OSError) as error:  # the lease runs out; check() says so
-            log = logger.debug if self._renewal_failed else logger.warning
-            self._renewal_failed = True
-            log("could not renew the lease of the Redis lock %r (retrying until it runs "
-                "out): %s", self.name, error)
+            self._renewal_raised(error)
             return
-        self._renewal_failed = False
         if not renewed:
+            self._renewal_failed = False
             self._lost = "it was gone from Redis when its holder renewed it"
-        elif self._lost is None:
-            self._valid_until = sent + owner.lease
-
-    def check(self) -> None:
-        """Raise ``LeaseExpiredError`` if the lease may have run out.
-
-        ``synchronized()`` calls it before every write it makes under the
-        lock, so a holder whose renewals failed or came late (a paused
-        process, a cut network) stops before it touches the store.
-
-        Raises
-        ------
-        LeaseExpiredError
-            If the lock is not held, or its lease was lost or may have run out.
-        """
-        if self.token is None:
-            raise LeaseExpiredError(f"the Redis lock {self.name!r} (key {self.key!r}) is not held")
-        if self._lost is None and time.monotonic() >= self._valid_until:
-            self._lost = (f"no renewal reached {self._owner._describe()} within its "
-                          f"{self._owner.lease} s lease")
-        if self._lost is not None:
-            raise LeaseExpiredError(
-                f"the lease of the Redis lock {self.name!r} (key {self.key!r}, token "
-                f"{self.token}) is lost: {self._lost}; another writer may hold it now, so "
-                "nothing more is written under it"
-            )
+        else:
+            self._renewed(sent)
 
     def release(self) -> None:
         """Release the lock.
@@ -769,13 +732,6 @@ class RedisLock:
                 "have written at the same time: use synchronized(..., fenced=True), or give "
                 "RedisSynchronizer a longer lease="
             )
-
-    def __enter__(self) -> Self:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.release()
 
 
 class _Watchdog:

@@ -49,7 +49,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from ..base import Store, Version
 from ..errors import (
@@ -61,6 +61,7 @@ from ..errors import (
 )
 from ..keys import RESERVED_PREFIX
 from ..transactions import _IN_STORE, Transaction, _copied
+from .lease import LeasedLock
 from .locks import (
     RENEWALS_PER_LEASE,
     WARN_AFTER,
@@ -130,7 +131,7 @@ class _Watch:
         return time.monotonic() - self.since >= seconds
 
 
-class ObjectLock:
+class ObjectLock(LeasedLock):
     """The lock of one key of an ``ObjectStoreSynchronizer``: a lease object.
 
     Once acquired, ``token`` is its fencing token, larger than every earlier
@@ -140,17 +141,14 @@ class ObjectLock:
     too late.
     """
 
+    _owner: ObjectStoreSynchronizer
+
     def __init__(self, key: str, owner: ObjectStoreSynchronizer,
                  timeout: float | None) -> None:
-        self.key = key
-        self.name = owner.lock_name(key)
-        self._owner = owner
-        self._timeout = timeout
-        self.token: int | None = None
-        self._value = ""
-        self._valid_until = 0.0
-        self._lost: str | None = None
-        self._renewal_failed = False
+        super().__init__(key, owner.lock_name(key), owner, timeout)
+
+    def _where(self) -> str:
+        return repr(self._owner.store)
 
     # ------------------------------------------------------------- acquire
     def acquire(self, timeout: float | None = None) -> None:
@@ -259,22 +257,14 @@ class ObjectLock:
         except Exception:
             logger.debug("could not leave the line of %s", self.name, exc_info=True)
 
-    def _granted(self, waiter: str, token: int, sent: float) -> None:
-        self.token = token
-        self._value = waiter
-        self._lost = None
-        self._valid_until = sent + self._owner.lease
-        self._owner._watchdog.hold(self)
-
     # ------------------------------------------------------------- renewal
     def _mine(self, doc: dict[str, Any]) -> bool:
         return doc["holder"] == self._value and doc["token"] == self.token
 
     def _renew(self) -> None:
         """Extend the lease (called by the watchdog); mark the lock lost if that fails."""
-        owner, store = self._owner, self._owner.store
-        if time.monotonic() >= self._valid_until:
-            self._lost = f"no renewal reached {store!r} within its {owner.lease} s lease"
+        store = self._owner.store
+        if self._overdue():  # too late: another writer may hold it by now
             return
         try:
             for _ in range(_CAS_TRIES):
@@ -286,40 +276,12 @@ class ObjectLock:
                 doc["renewals"] += 1
                 sent = time.monotonic()
                 if store.replace_if(self.name, version, _encode(doc)):
-                    self._renewal_failed = False
-                    if self._lost is None:
-                        self._valid_until = sent + owner.lease
+                    self._renewed(sent)
                     return
         except KeyError:
             self._lost = "its lease object was deleted"
         except (ZStoresError, OSError, ValueError) as error:  # the lease runs out; check() says so
-            log = logger.debug if self._renewal_failed else logger.warning
-            self._renewal_failed = True
-            log("could not renew the lease object %r (retrying until it runs out): %s",
-                self.name, error)
-
-    def check(self) -> None:
-        """Raise ``LeaseExpiredError`` if the lease may have run out.
-
-        ``synchronized()`` calls it before every write it makes under the
-        lock, so a holder whose renewals failed or came late stops before it
-        touches the store.
-
-        Raises
-        ------
-        LeaseExpiredError
-            If the lock is not held, or its lease was lost or may have run out.
-        """
-        if self.token is None:
-            raise LeaseExpiredError(f"the lock {self.name!r} (key {self.key!r}) is not held")
-        if self._lost is None and time.monotonic() >= self._valid_until:
-            self._lost = (f"no renewal reached {self._owner.store!r} within its "
-                          f"{self._owner.lease} s lease")
-        if self._lost is not None:
-            raise LeaseExpiredError(
-                f"the lease of the lock {self.name!r} (key {self.key!r}, token {self.token}) "
-                f"is lost: {self._lost}; another writer may hold it now, so nothing more is "
-                "written under it")
+            self._renewal_raised(error)
 
     def release(self) -> None:
         """Release the lock: the lease object says free (kept for the first in line).
@@ -354,13 +316,6 @@ class ObjectLock:
             f"the lease of the lock {self.name!r} (key {self.key!r}, token {token}) expired "
             f"after {owner.lease} s while it was held, so another writer may have written at "
             "the same time: use synchronized(..., fenced=True), or a longer lease=")
-
-    def __enter__(self) -> Self:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.release()
 
 
 class ObjectStoreSynchronizer:
