@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from .._concurrency import ADAPTER_THREADS
-from ..base import Buffer, Mode, Store, Version
-from ..errors import (
+from ..._concurrency import ADAPTER_THREADS
+from ...base import Buffer, Mode, Store, Version
+from ...errors import (
     ReplicationTimeoutError,
     StoreConnectionError,
     StoreFullError,
@@ -23,9 +23,8 @@ from ..errors import (
     TransactionConflictError,
     UnsupportedOperationError,
 )
-from ..secrets import redact_url, scrub, secrets_of
-from . import redis_cluster
-from ._network import (
+from ...secrets import redact_url, scrub, secrets_of
+from .._network import (
     DEFAULT_CONNECT_TIMEOUT,
     SharedClient,
     backend_error,
@@ -36,9 +35,10 @@ from ._network import (
     reopen_unpickled,
     unpickling,
 )
+from . import cluster as redis_cluster
 
 if TYPE_CHECKING:
-    from ..transactions import ChangeSet
+    from ...transactions import ChangeSet
 
 __all__ = ["RedisClusterStore", "RedisStore", "client_url_options", "glob_escape",
            "server_of", "typed_redis_error"]
