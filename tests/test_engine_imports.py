@@ -22,6 +22,8 @@ ENGINES = [
     "zstores/stores/lmdb/env.py",
     "zstores/stores/sqlite/connection.py",
     "zstores/stores/directory/posixfs.py",
+    "zstores/stores/redis/client.py",
+    "zstores/stores/redis/cluster.py",
     "zstores/stores/objectstore/_obstore.py",
     "zstores/stores/objectstore/_fsspec.py",
     "zstores/stores/_libc.py",
