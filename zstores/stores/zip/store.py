@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..base import Buffer, Mode, Store, _range_stop
-from ..errors import (
+from ...base import Buffer, Mode, Store, _range_stop
+from ...errors import (
     CorruptValueError,
     StaleStoreError,
     StoreFullError,
@@ -28,8 +28,8 @@ from ..errors import (
     UnsupportedOperationError,
     ValueTooLargeError,
 )
-from ..readers import BufferReader, ValueReader
-from ._single_writer import LockedConditionalWrites, writer_lock
+from ...readers import BufferReader, ValueReader
+from .._single_writer import LockedConditionalWrites, writer_lock
 
 __all__ = ["ZipStore"]
 
