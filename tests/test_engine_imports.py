@@ -24,6 +24,7 @@ ENGINES = [
     "zstores/stores/directory/posixfs.py",
     "zstores/stores/redis/client.py",
     "zstores/stores/redis/cluster.py",
+    "zstores/stores/zip/archive.py",
     "zstores/stores/objectstore/_obstore.py",
     "zstores/stores/objectstore/_fsspec.py",
     "zstores/stores/_libc.py",
