@@ -691,7 +691,7 @@ def test_transaction_too_large_for_maxmemory_applies_nothing(private_redis, monk
     (EXECABORT: each queued MSET is checked as it arrives), StoreFullError with
     nothing applied, even when it is several MSETs; the same store commits a
     transaction that fits afterwards."""
-    import zstores.stores.redis as redis_module
+    import zstores.stores.redis.store as redis_module
 
     monkeypatch.setattr(redis_module, "_MSET_BYTES", 1 << 20)  # 1 MSET per MiB
     server = private_redis("--maxmemory", "8mb", "--maxmemory-policy", "noeviction")
