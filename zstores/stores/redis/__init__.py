@@ -15,5 +15,8 @@ from .store import DEFAULT_URL as DEFAULT_URL
 from .store import MAX_STRING as MAX_STRING
 from .store import RedisStore
 
+# Pickles made before this module became a package name its unpickler here.
+from .store import _unpickle as _unpickle
+
 __all__ = ["RedisClusterStore", "RedisStore", "client_url_options", "glob_escape",
            "server_of", "typed_redis_error"]
