@@ -12,16 +12,16 @@ import json
 import logging
 import multiprocessing
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
 
 import fencing_workers as workers
 import pytest
+from two_hosts import late_write, message, python_in, server_in, skip_without_namespaces
+from two_hosts import two_hosts as hosts_of
 
 import zstores
 from zstores import (
@@ -500,82 +500,31 @@ def test_fence_records_stay_out_of_zarr_and_verify(tmp_path, redis_url, recwarn)
 
 
 # ------------------------------------------------- hosts as network namespaces
-def _ip(*arguments: str, namespace: str | None = None) -> None:
-    command = ["ip", *(["netns", "exec", namespace, "ip"] if namespace else []), *arguments]
-    subprocess.run(command, check=True, capture_output=True, timeout=30)
-
-
-def _mac(namespace: str, device: str) -> str:
-    done = subprocess.run(["ip", "netns", "exec", namespace, "ip", "-j", "link", "show", "dev",
-                           device], check=True, capture_output=True, text=True, timeout=30)
-    return json.loads(done.stdout)[0]["address"]
-
-
 @pytest.fixture
 def two_hosts(tmp_path):
-    """Namespaces R (a Redis server on 10.231.7.1) and A (10.231.7.2), joined by a veth pair.
+    """Hosts R (a Redis server on 10.231.7.1) and A (10.231.7.2): see tests/two_hosts.py.
 
-    Made by the test and deleted after it; nothing changes in the test's own
-    namespace.  Yields (R, A, R's end of the link, the Redis port).
+    Yields (the hosts, the Redis port).
     """
-    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("redis-server") is None:
-        pytest.skip("needs root, iproute2 and redis-server to make network namespaces")
-    tag = uuid.uuid4().hex[:6]
-    host_r, host_a = f"zsr-{tag}", f"zsa-{tag}"
-    made: list[str] = []
-    server = None
-    try:
-        for name in (host_r, host_a):
-            subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
-            made.append(name)
-            _ip("link", "set", "lo", "up", namespace=name)
-        _ip("link", "add", f"zr{tag}", "netns", host_r, "type", "veth", "peer", "name",
-            f"za{tag}", "netns", host_a)
-        _ip("addr", "add", "10.231.7.1/30", "dev", f"zr{tag}", namespace=host_r)
-        _ip("addr", "add", "10.231.7.2/30", "dev", f"za{tag}", namespace=host_a)
-        _ip("link", "set", f"zr{tag}", "up", namespace=host_r)
-        _ip("link", "set", f"za{tag}", "up", namespace=host_a)
-        # Each host knows the other's link address for good: while the link is cut, a
-        # reconnect's packets are dropped and wait, as over a real cable, instead of
-        # failing with "no route to host" once a neighbour look-up times out (which a
-        # cut lasting a few seconds on a loaded machine reached).
-        _ip("neigh", "replace", "10.231.7.1", "lladdr", _mac(host_r, f"zr{tag}"), "dev",
-            f"za{tag}", "nud", "permanent", namespace=host_a)
-        _ip("neigh", "replace", "10.231.7.2", "lladdr", _mac(host_a, f"za{tag}"), "dev",
-            f"zr{tag}", "nud", "permanent", namespace=host_r)
-        port = 6379
-        server = subprocess.Popen(
-            ["ip", "netns", "exec", host_r, "redis-server", "--bind", "127.0.0.1 10.231.7.1",
-             "--port", str(port), "--save", "", "--appendonly", "no", "--protected-mode", "no",
-             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(lambda: subprocess.run(
-            ["ip", "netns", "exec", host_r, "redis-cli", "-p", str(port), "ping"],
-            check=False, capture_output=True, text=True).stdout.strip() == "PONG", "Redis in R")
-        yield host_r, host_a, f"zr{tag}", port
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-        for name in made:
-            subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
+    skip_without_namespaces("redis-server")
+    port = 6379
+
+    def answers() -> bool:
+        return subprocess.run(["ip", "netns", "exec", hosts.r, "redis-cli", "-p", str(port),
+                               "ping"], check=False, capture_output=True,
+                              text=True).stdout.strip() == "PONG"
+
+    with hosts_of("10.231.7") as hosts, server_in(
+            hosts.r, ["redis-server", "--bind", f"127.0.0.1 {hosts.address_r}", "--port",
+                      str(port), "--save", "", "--appendonly", "no", "--protected-mode", "no",
+                      "--dir", str(tmp_path)], answers, WAIT):
+        yield hosts, port
 
 
 def _in_namespace(namespace: str, role: str, url: str, prefix: str, sync: dict,
                   fenced: bool, **options: object) -> subprocess.Popen:
-    code = ("import sys, fencing_workers; fencing_workers.netns_main(*sys.argv[1:])")
-    tests = os.path.dirname(os.path.abspath(__file__))
-    environment = {**os.environ,
-                   "PYTHONPATH": os.pathsep.join([tests, os.path.dirname(tests)])}
-    return subprocess.Popen(
-        ["ip", "netns", "exec", namespace, sys.executable, "-c", code, role,
-         json.dumps([url, prefix, options]), json.dumps(sync), "1" if fenced else "0"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environment)
-
-
-def _message(process: subprocess.Popen):
-    line = process.stdout.readline()
-    assert line, f"the writer ended ({process.wait(WAIT)}) without a word"
-    return json.loads(line)
+    return python_in(namespace, "fencing_workers", role, json.dumps([url, prefix, options]),
+                     json.dumps(sync), "1" if fenced else "0")
 
 
 # A cut link delays a write only when the data are behind it (Redis); a writer
@@ -596,9 +545,10 @@ def test_writers_on_two_hosts_never_land_a_late_write(kind, fenced, cut, two_hos
     (the fence records are read in its write transaction), 0 lost.
     Unfenced: A's stale write lands, 10 lost.
     """
-    host_r, host_a, link, port = two_hosts
+    hosts, port = two_hosts
+    host_r, host_a = hosts.r, hosts.a
     prefix = unique("hosts")
-    sync = {"url": f"redis://10.231.7.1:{port}/0", "prefix": unique("locks") + ":",
+    sync = {"url": f"redis://{hosts.address_r}:{port}/0", "prefix": unique("locks") + ":",
             "lease": PAUSED_LEASE, "timeout": WAIT}
     local = f"redis://127.0.0.1:{port}/0"
     data_local = local if kind == "redis" else f"{kind}:{tmp_path / f'data.{kind}'}"
@@ -610,34 +560,11 @@ def test_writers_on_two_hosts_never_land_a_late_write(kind, fenced, cut, two_hos
                            connect_timeout=WAIT, **HELD_UP)
     other = _in_namespace(host_r, "other", data_local, prefix,
                           {**sync, "url": local, "lease": OTHER_LEASE}, fenced)
-    try:
-        assert _message(writer) == "write"
-        if cut == "sigstop":
-            stop(writer.pid)  # ip netns exec runs the writer itself
-        else:
-            _ip("link", "set", link, "down", namespace=host_r)
-        for process in (writer, other):
-            process.stdin.write('"go"\n')
-            process.stdin.flush()
-        done, seen = _message(other)
-        other.wait(WAIT)
-        assert done == "done" and seen == [10] * 10
-        if cut == "sigstop":
-            os.kill(writer.pid, signal.SIGCONT)
-        else:
-            _ip("link", "set", link, "up", namespace=host_r)
-        outcome, detail = _message(writer)
-    finally:
-        _ip("link", "set", link, "up", namespace=host_r)
-        for process in (writer, other):
-            if process.poll() is None:
-                os.kill(process.pid, signal.SIGCONT)
-                process.stdin.close()
-            process.wait(WAIT)
+    outcome, detail = late_write(hosts, writer, other, cut, stop, WAIT)
     assert outcome == "refused", detail
     # Fenced: by the store's check at commit; unfenced: at release, after the write landed.
     assert ("its commit was refused" if fenced else "expired after") in detail
     check = _in_namespace(host_r, "values", data_local, prefix, {**sync, "url": local}, fenced)
-    values = _message(check)
+    values = message(check, WAIT)
     check.wait(WAIT)
     assert values == ([10] * 10 if fenced else [1] * 10)

@@ -12,7 +12,6 @@ import json
 import multiprocessing
 import os
 import pickle
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import time
 import fencing_workers
 import object_lock_workers as workers
 import pytest
+from two_hosts import late_write, message, python_in, server_in, skip_without_namespaces
+from two_hosts import two_hosts as hosts_of
 
 import zstores
 from zstores import (
@@ -424,71 +425,38 @@ def test_dask_cluster_with_object_locks_loses_nothing_and_the_control_loses(buck
 
 # ------------------------------------------------- hosts as network namespaces
 @pytest.fixture
-def s3_on_two_hosts(tmp_path):
-    """Namespaces R (moto on 10.231.9.1) and A (10.231.9.2), joined by a veth pair.
+def s3_on_two_hosts():
+    """Hosts R (moto on 10.231.9.1) and A (10.231.9.2): see tests/two_hosts.py.
 
-    Made by the test and deleted after it.  Yields (R, A, R's end of the
-    link, the bucket's location on R, S3Store options without the endpoint).
+    Yields (the hosts, the bucket's location on R, S3Store options without
+    the endpoint).
     """
     from servers import emulators_bin
-    from test_fencing import _ip
 
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 to make network namespaces")
+    skip_without_namespaces()
     moto = emulators_bin("moto_server")
-    tag = unique("")[-6:]
-    host_r, host_a = f"zor-{tag}", f"zoa-{tag}"
-    made: list[str] = []
-    server = None
-    try:
-        for name in (host_r, host_a):
-            subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
-            made.append(name)
-            _ip("link", "set", "lo", "up", namespace=name)
-        _ip("link", "add", f"or{tag}", "netns", host_r, "type", "veth", "peer", "name",
-            f"oa{tag}", "netns", host_a)
-        _ip("addr", "add", "10.231.9.1/30", "dev", f"or{tag}", namespace=host_r)
-        _ip("addr", "add", "10.231.9.2/30", "dev", f"oa{tag}", namespace=host_a)
-        _ip("link", "set", f"or{tag}", "up", namespace=host_r)
-        _ip("link", "set", f"oa{tag}", "up", namespace=host_a)
-        server = subprocess.Popen(["ip", "netns", "exec", host_r, moto, "-H", "0.0.0.0", "-p",
-                                   "5000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        # Inside R: moto answers, then a bucket is made (an unsigned PUT, as moto takes it).
-        create = ("import sys, urllib.request; urllib.request.urlopen(urllib.request.Request("
-                  "sys.argv[1], method='PUT'), timeout=5).close()")
-        bucket = unique("zxnet").replace("_", "-")
-        end = time.monotonic() + WAIT
-        while subprocess.run(["ip", "netns", "exec", host_r, sys.executable, "-c", create,
-                              f"http://127.0.0.1:5000/{bucket}"], check=False,
-                             capture_output=True).returncode:
-            assert time.monotonic() < end, "moto did not answer in R"
-            time.sleep(0.2)
+    bucket = unique("zxnet").replace("_", "-")
+    # Inside R: moto answers once a bucket can be made (an unsigned PUT, as moto takes it).
+    create = ("import sys, urllib.request; urllib.request.urlopen(urllib.request.Request("
+              "sys.argv[1], method='PUT'), timeout=5).close()")
+
+    def answers() -> bool:
+        return not subprocess.run(["ip", "netns", "exec", hosts.r, sys.executable, "-c", create,
+                                   f"http://127.0.0.1:5000/{bucket}"], check=False,
+                                  capture_output=True).returncode
+
+    with hosts_of("10.231.9") as hosts, server_in(
+            hosts.r, [moto, "-H", "0.0.0.0", "-p", "5000"], answers, WAIT):
         options = {key: value for key, value in s3_options("http://x").items()
                    if key != "endpoint_url"}
-        yield host_r, host_a, f"or{tag}", f"{bucket}/run", options
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-        for name in made:
-            subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
+        yield hosts, f"{bucket}/run", options
 
 
 def _in_namespace(namespace: str, role: str, location: str, options: dict, fenced: bool,
                   lease: float = LONG):
-    code = "import sys, object_lock_workers; object_lock_workers.netns_main(*sys.argv[1:])"
-    tests = os.path.dirname(os.path.abspath(__file__))
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.path.dirname(tests)])}
-    return subprocess.Popen(
-        ["ip", "netns", "exec", namespace, sys.executable, "-c", code, role, location,
-         json.dumps({**options, "wait": WAIT, "lease": lease}), "1" if fenced else "0"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environment)
-
-
-def _message(process):
-    line = process.stdout.readline()
-    assert line, f"the writer ended ({process.wait(WAIT)}) without a word"
-    return json.loads(line)
+    return python_in(namespace, "object_lock_workers", role, location,
+                     json.dumps({**options, "wait": WAIT, "lease": lease}),
+                     "1" if fenced else "0")
 
 
 @pytest.mark.parametrize("cut", ["sigstop", "link-down"])
@@ -498,44 +466,20 @@ def test_s3_writers_on_two_hosts_never_land_a_late_write(fenced, cut, s3_on_two_
     first PUT leaves.  The other writer, on R, takes A's expired locks and adds 1 ten
     times; then A resumes (SIGCONT, or the link comes back and TCP delivers what it held).
     Fenced: A's late conditional PUT is refused, 0 lost.  Unfenced: 10 lost."""
-    from test_fencing import _ip
-
-    host_r, host_a, link, location, options = s3_on_two_hosts
+    hosts, location, options = s3_on_two_hosts
+    host_r, host_a = hosts.r, hosts.a
     local = {**options, "endpoint_url": "http://127.0.0.1:5000"}
     # A waits for its answers as long as the cut lasts, as TCP does.
-    remote = {**options, "endpoint_url": "http://10.231.9.1:5000", "request_timeout": WAIT,
+    remote = {**options, "endpoint_url": f"http://{hosts.address_r}:5000", "request_timeout": WAIT,
               "retry_timeout": WAIT, "connect_timeout": WAIT}
     _in_namespace(host_r, "setup", location, local, fenced).communicate(timeout=WAIT)
     writer = _in_namespace(host_a, "paused", location, remote, fenced, SHORT)
     other = _in_namespace(host_r, "other", location, local, fenced)
-    try:
-        assert _message(writer) == "write"
-        if cut == "sigstop":
-            stop(writer.pid)  # ip netns exec runs the writer itself
-        else:
-            _ip("link", "set", link, "down", namespace=host_r)
-        for process in (writer, other):
-            process.stdin.write('"go"\n')
-            process.stdin.flush()
-        done, seen = _message(other)
-        other.wait(WAIT)
-        assert done == "done" and seen == [10] * 10
-        if cut == "sigstop":
-            os.kill(writer.pid, signal.SIGCONT)
-        else:
-            _ip("link", "set", link, "up", namespace=host_r)
-        outcome, detail = _message(writer)
-    finally:
-        _ip("link", "set", link, "up", namespace=host_r)
-        for process in (writer, other):
-            if process.poll() is None:
-                os.kill(process.pid, signal.SIGCONT)
-                process.stdin.close()
-            process.wait(WAIT)
+    outcome, detail = late_write(hosts, writer, other, cut, stop, WAIT)
     assert outcome == "refused", detail
     assert ("its commit was refused" if fenced else "expired after") in detail
     check = _in_namespace(host_r, "values", location, local, fenced)
-    values = _message(check)
+    values = message(check, WAIT)
     check.wait(WAIT)
     assert values == ([10] * 10 if fenced else [1] * 10)
 
