@@ -481,6 +481,31 @@ def test_a_read_only_error_names_the_whole_store_and_path(read_only_copy: Path) 
                                         "key 'g/.zattrs': Read-only file system\n"))
 
 
+def test_a_read_only_folder_store_names_the_whole_path_of_the_file(read_only_copy: Path) -> None:
+    """The OS names a file relative to an open folder ('0'); the store's error names it whole."""
+    import errno
+
+    store = zstores.DirectoryStore(read_only_copy, mode="r+")
+    root = str(read_only_copy)
+    with pytest.raises(OSError) as removing:
+        store.rmdir("g")
+    failed = removing.value
+    assert failed.errno == errno.EROFS and failed.filename.startswith(f"{root}/g/")
+    assert os.path.relpath(failed.filename, root) in store  # a real key's file, named whole
+    assert str(failed) == (f"[Errno 30] {store!r}: cannot remove 'g': Read-only file system: "
+                           f"{failed.filename!r}")
+    with pytest.raises(OSError) as renaming:
+        store.rename("g", "h")
+    assert (renaming.value.errno, renaming.value.filename, renaming.value.filename2) == (
+        errno.EROFS, f"{root}/g", f"{root}/h")
+    assert str(renaming.value).startswith(f"[Errno 30] {store!r}: cannot rename 'g' to 'h': ")
+    with pytest.raises(OSError) as clearing:
+        zstores.DirectoryStore(read_only_copy, mode="w")  # "w" clears the folder
+    assert clearing.value.filename.startswith(f"{root}/")
+    assert ": cannot clear the store: Read-only file system: " in str(clearing.value)
+    assert set(store) == set(zstores.DirectoryStore(read_only_copy, mode="r"))
+
+
 def test_du_shows_zstores_own_records_apart_from_the_data(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path / 'du.sqlite'}"
     write_sample(url)
