@@ -256,6 +256,9 @@ def test_a_read_beside_a_writer_holding_the_write_lock(tmp_path):
             open_store(url, mode="r+")
         assert zarr.open_array(url, mode="r")[:].tolist() == [7] * 4
         assert shared_store(url).read_only
+        with pytest.raises(BlockingIOError):  # a write still waits for the other writer
+            zarr.open_array(url, mode="r+")[:] = 1
+        assert zarr.open_array(url, mode="r")[:].tolist() == [7] * 4  # reads go on
     finally:
         holder.communicate("")
     assert holder.returncode == 0

@@ -140,6 +140,15 @@ class _SharedStores:
             return open_store(url, mode="r" if need == "read" else "r+", **options)
         except StoreNotFoundError:
             return None
+        except BlockingIOError:
+            # StoreLockedError: for dbm.gnu/ndbm files the reader lock of this
+            # process's own read-only store keeps its writer out; close it (a
+            # read in flight on it fails) and open the writer.  Untested here:
+            # the test machine's Python has neither _gdbm nor _dbm.
+            if need == "read" or read_only is None or read_only.closed:
+                raise
+            read_only.close()
+            return open_store(url, mode="r+", **options)
         except OSError as error:
             if need == "read" or not _cannot_write(error):
                 raise
