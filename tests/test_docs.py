@@ -489,6 +489,52 @@ def test_page_examples_run(page: Path, tmp_path: Path, request: pytest.FixtureRe
     assert not problems, "\n\n".join(problems) + f"\n\nwhat the examples printed:\n{output}"
 
 
+#: Transcripts kept as ```text blocks, and the test that runs each: they run
+#: from the checkout (``.venv/bin/python scripts/...``), not from the page's
+#: temporary folder, and print figures that change from run to run.
+RECORDED = {"docs/parallel-writes.md": "test_lost_updates_demo_prints_what_the_page_shows"}
+
+
+def text_transcripts() -> list[Block]:
+    """The blocks of a language that never runs whose text is a ``$ command`` transcript."""
+    return [b for page in PAGES for b in read_blocks(page)
+            if b.language not in RUNNABLE and b.code.startswith("$ ")]
+
+
+def test_every_recorded_transcript_is_run_by_a_test() -> None:
+    unrun = [b.where for b in text_transcripts() if page_id(b.page) not in RECORDED]
+    assert not unrun, (f"transcripts in blocks that never run: {unrun}; make them console "
+                       "blocks, or add a test that runs them to RECORDED")
+    assert all(name in globals() for name in RECORDED.values())
+
+
+def test_lost_updates_demo_prints_what_the_page_shows() -> None:
+    """parallel-writes.md's demo, as the page types it: the synchronized runs lose nothing.
+
+    Every figure but those zeros varies (losses from run to run, totals with
+    the writer count, which follows the machine's cores), so each is ``...``.
+    """
+    import shlex
+
+    [block] = [b for b in text_transcripts() if page_id(b.page) == "docs/parallel-writes.md"]
+    [(command, expected)] = parse_transcript(block.code)
+    argv = shlex.split(command)
+    assert argv[:2] == [".venv/bin/python", "scripts/demo_lost_updates.py"]
+    lines = []
+    for line in expected.splitlines():
+        if "with ProcessSynchronizer" in line:
+            assert re.search(r" 0 of ", line), f"the page shows a synchronized loss: {line!r}"
+            lines.append(re.sub(r"(?<= of )\d[\d,]*", "...", line))
+        else:
+            lines.append(re.sub(r"\d[\d,]*", "...", line))
+    done = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert output_matches("\n".join(lines), done.stdout), (
+        f"{block.where}: the demo printed\n{done.stdout}--- but the page shows\n{expected}")
+
+
 def test_no_test_markers_are_rare() -> None:
     """Blocks kept from running are the exception: each has a reason, and there are few."""
     kept = [(b.where, b.no_test) for page in PAGES for b in read_blocks(page)
