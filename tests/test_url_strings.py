@@ -222,9 +222,11 @@ def test_a_read_opens_the_store_read_only_and_leaves_no_file(backend, tmp_path):
     dataset = xarray.Dataset({"t": ("x", np.arange(6))})
     dataset.to_zarr(url, mode="w", consolidated=False)
     close_shared_stores()
-    # What a writable open makes beside the store (SQLite's reserve) is gone,
-    # as for a database another program wrote: a read must not make it again.
-    (tmp_path / (name + ".zstores-reserve")).unlink(missing_ok=True)
+    # What a writable open makes beside the store (SQLite's reserve, DBM's
+    # writer lock file) is gone, as for a store another program wrote: a read
+    # must not make it again.
+    for made_by_writers in (".zstores-reserve", ".lock"):
+        (tmp_path / (name + made_by_writers)).unlink(missing_ok=True)
     before = files_under(tmp_path)
     xarray.testing.assert_identical(xarray.open_zarr(url, consolidated=False).load(), dataset)
     assert zarr.open_array(url, path="t", mode="r")[:].tolist() == list(range(6))
