@@ -199,6 +199,10 @@ def test_reading_a_url_on_read_only_media(backend, read_only_medium):
     loaded = xarray.open_zarr(url, consolidated=False).load()
     xarray.testing.assert_identical(loaded, dataset)
     assert zarr.open_array(url, path="t", mode="r")[:].tolist() == list(range(6))
+    # a write after the reads: refused, naming the store (ReadOnlyError from the
+    # read-only store, or EROFS from a folder store, which opens writable there)
+    with pytest.raises(OSError, match=f"^(\\[Errno 30\\] )?{STORE_CLASSES[backend]}.*[Rr]ead-only"):
+        zarr.open_array(url, path="t", mode="r+")[:] = 1
     assert sorted(os.listdir(src)) == before
 
 

@@ -134,10 +134,9 @@ class _SharedStores:
 
         if mode is not None:
             return open_store(url, mode=mode, **options)  # type: ignore[arg-type]
-        if need == "create":
-            return open_store(url, mode="a", **options)
+        wanted = {"read": "r", "write": "r+", "create": "a"}[need]
         try:
-            return open_store(url, mode="r" if need == "read" else "r+", **options)
+            return open_store(url, mode=wanted, **options)  # type: ignore[arg-type]
         except StoreNotFoundError:
             return None
         except BlockingIOError:
@@ -148,13 +147,16 @@ class _SharedStores:
             if need == "read" or read_only is None or read_only.closed:
                 raise
             read_only.close()
-            return open_store(url, mode="r+", **options)
+            return open_store(url, mode=wanted, **options)  # type: ignore[arg-type]
         except OSError as error:
             if need == "read" or not _cannot_write(error):
                 raise
-        # read-only files, folder or medium: the write is refused by the store
-        if read_only is not None and not read_only.closed:
-            return read_only
+            # read-only files, folder or medium: the store refuses the write
+            # itself (ReadOnlyError, naming it)
+            if read_only is not None and not read_only.closed:
+                return read_only
+            if need == "create":
+                raise
         try:
             return open_store(url, mode="r", **options)
         except StoreNotFoundError:
