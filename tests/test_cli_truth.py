@@ -481,6 +481,31 @@ def test_a_read_only_error_names_the_whole_store_and_path(read_only_copy: Path) 
                                         "key 'g/.zattrs': Read-only file system\n"))
 
 
+def test_a_read_only_folder_store_names_the_whole_path_of_the_file(read_only_copy: Path) -> None:
+    """The OS names a file relative to an open folder ('0'); the store's error names it whole."""
+    import errno
+
+    store = zstores.DirectoryStore(read_only_copy, mode="r+")
+    root = str(read_only_copy)
+    with pytest.raises(OSError) as removing:
+        store.rmdir("g")
+    failed = removing.value
+    assert failed.errno == errno.EROFS and failed.filename.startswith(f"{root}/g/")
+    assert os.path.relpath(failed.filename, root) in store  # a real key's file, named whole
+    assert str(failed) == (f"[Errno 30] {store!r}: cannot remove 'g': Read-only file system: "
+                           f"{failed.filename!r}")
+    with pytest.raises(OSError) as renaming:
+        store.rename("g", "h")
+    assert (renaming.value.errno, renaming.value.filename, renaming.value.filename2) == (
+        errno.EROFS, f"{root}/g", f"{root}/h")
+    assert str(renaming.value).startswith(f"[Errno 30] {store!r}: cannot rename 'g' to 'h': ")
+    with pytest.raises(OSError) as clearing:
+        zstores.DirectoryStore(read_only_copy, mode="w")  # "w" clears the folder
+    assert clearing.value.filename.startswith(f"{root}/")
+    assert ": cannot clear the store: Read-only file system: " in str(clearing.value)
+    assert set(store) == set(zstores.DirectoryStore(read_only_copy, mode="r"))
+
+
 def test_du_shows_zstores_own_records_apart_from_the_data(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path / 'du.sqlite'}"
     write_sample(url)
@@ -672,6 +697,44 @@ def test_rm_and_du_show_progress_on_a_terminal_only(tmp_path: Path) -> None:
         assert list(store) == ["small/a"]
     quiet = zstores_cmd("rm", url, "small", "--yes")
     assert (quiet.code, quiet.err) == (0, "")
+
+
+def test_migrate_and_consolidate_show_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    count = 1_200  # two batches of documents
+    zarray = _zarray()
+    urls = [f"sqlite://{tmp_path / name}.sqlite" for name in ("tty", "pipe")]
+    for url in urls:
+        with zstores.open_store(url, mode="w") as store:
+            store.setitems({".zgroup": b'{"zarr_format": 2}'}
+                           | {f"a{index}/.zarray": zarray for index in range(count)})
+    tty, pipe = urls
+    code, bar, out = _with_a_terminal("migrate", tty, "--to", "3", stream="stderr")
+    assert code == 0 and out.endswith("\n")
+    for stage in ("listing keys:", "reading metadata:", "writing metadata:"):
+        assert stage in bar
+    assert f"/{count + 1} " in bar  # the documents read, then written
+    code, bar, out = _with_a_terminal("consolidate", tty, stream="stderr")
+    # both formats: .zarray and .zgroup documents, then every zarr.json but the root's
+    assert code == 0 and "reading metadata:   0%| " in bar
+    assert f" 0/{count + 1} " in bar and f" 0/{count} " in bar
+    assert out.splitlines() == [
+        f"wrote .zmetadata with {plural(count + 1, 'metadata document')}",
+        f"wrote zarr.json (consolidated_metadata) with {plural(count, 'metadata document')}"]
+    code, bar, _ = _with_a_terminal("migrate", tty, "--to", "3", "--no-progress", stream="stderr")
+    assert (code, bar) == (0, "")
+    for argv in (["migrate", pipe, "--to", "3"], ["consolidate", pipe]):
+        done = zstores_cmd(*argv)
+        assert (done.code, done.err) == (0, "")  # not a terminal: no bar
+    with zstores.open_store(tty, mode="r") as store, zstores.open_store(pipe, mode="r") as other:
+        assert dict(store.items()) == dict(other.items())  # the bar changed nothing written
+
+    v1 = f"sqlite://{tmp_path / 'v1.sqlite'}"
+    with zstores.open_store(v1, mode="w") as store:
+        store["meta"] = (b'{"zarr_format": 1, "shape": [4], "chunks": [2], "dtype": "<i4", '
+                         b'"compression": null, "compression_opts": null, "fill_value": 0, '
+                         b'"order": "C"}')
+    code, bar, _ = _with_a_terminal("migrate", v1, stream="stderr")
+    assert code == 0 and "writing metadata:" in bar and "removing v1 metadata:" in bar
 
 
 def _zarr_json(**fields: object) -> bytes:

@@ -23,6 +23,16 @@ What runs, and how (the conventions are also listed in docs/architecture.md):
   ``ZSTORES_TEST_REDIS_CLUSTER_URL`` and ``ZSTORES_TEST_MONGODB_URL``; a page that
   needs one of them, or FUSE (it mentions ``zfuse``), is skipped with the
   reason when it is missing, or fails under ``ZSTORES_REQUIRE_PEERS=1``.
+- Object storage is the suite's emulators (pages only, see ``OBJECT_SERVICES``):
+  ``s3://bucket/`` becomes a new bucket on the S3 emulator
+  (``ZSTORES_TEST_S3_ENDPOINT``), its credentials and endpoint in AWS's
+  environment variables, where the pages tell readers to keep them;
+  ``gs://bucket/`` a new bucket on the GCS emulator, whose endpoint
+  (``ZSTORES_TEST_GCS_ENDPOINT``) replaces ``http://127.0.0.1:4443``;
+  ``https://example.org/data/`` becomes a new folder of the HTTP server
+  (``ZSTORES_TEST_HTTP_URL``), and ``/srv/www/data/``, the folder a page
+  publishes through that server, the same folder on disk
+  (``ZSTORES_TEST_HTTP_DIR``).
 
 The doctest ``Examples`` of every module of ``zstores`` and ``zfuse`` run too,
 with the same server URLs substituted.  An example marked ``+SKIP`` runs when
@@ -49,6 +59,7 @@ import sys
 import textwrap
 import tokenize
 import tomllib
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +85,10 @@ SERVERS = {
     "redis-cluster": ("redis+cluster://127.0.0.1:7000/", "ZSTORES_TEST_REDIS_CLUSTER_URL"),
     "mongodb": ("mongodb://127.0.0.1:27017", "ZSTORES_TEST_MONGODB_URL"),
 }
+
+#: The object-storage URLs pages are written with -> the service they need.
+OBJECT_SERVICES = {"s3://bucket/": "s3", "gs://bucket/": "gcs",
+                   "https://example.org/data/": "http"}
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -187,6 +202,49 @@ def require(what: set[str]) -> dict[str, str]:
     return replacements
 
 
+def object_services(text: str) -> set[str]:
+    """The object-storage services (``OBJECT_SERVICES``) a page's blocks use."""
+    return {service for url, service in OBJECT_SERVICES.items() if url in text}
+
+
+def provide_object_services(wanted: set[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """A fresh bucket or web folder for each service in ``wanted``, on the suite's emulators.
+
+    Returns the replacements (example URL -> emulator URL) and the environment
+    variables the blocks run with.  Skips (fails under ``ZSTORES_REQUIRE_PEERS=1``) when an emulator
+    is missing.
+    """
+    replacements: dict[str, str] = {}
+    env: dict[str, str] = {}
+    if "s3" in wanted:
+        from object_urls import new_s3_bucket, s3_env
+
+        endpoint = os.environ.get("ZSTORES_TEST_S3_ENDPOINT")
+        if not endpoint:
+            missing_peer("ZSTORES_TEST_S3_ENDPOINT is not set: no S3 emulator for the examples")
+        replacements["s3://bucket/"] = f"s3://{new_s3_bucket(endpoint)}/"
+        env.update(s3_env(endpoint))
+    if "gcs" in wanted:
+        from object_urls import new_gcs_bucket
+
+        endpoint = os.environ.get("ZSTORES_TEST_GCS_ENDPOINT")
+        if not endpoint:
+            missing_peer("ZSTORES_TEST_GCS_ENDPOINT is not set: no GCS emulator for the examples")
+        replacements["gs://bucket/"] = f"gs://{new_gcs_bucket(endpoint)}/"
+        replacements["http://127.0.0.1:4443"] = endpoint.rstrip("/")
+    if "http" in wanted:
+        url, folder = (os.environ.get(name) for name in
+                       ("ZSTORES_TEST_HTTP_URL", "ZSTORES_TEST_HTTP_DIR"))
+        if not url or not folder or not os.path.isdir(folder):
+            missing_peer("ZSTORES_TEST_HTTP_URL/ZSTORES_TEST_HTTP_DIR are not set: no HTTP "
+                         "server for the examples")
+        name = f"docs-{uuid.uuid4().hex[:12]}"  # a page run of its own, never a reused one
+        os.makedirs(os.path.join(folder, name))
+        replacements["https://example.org/data/"] = f"{url.rstrip('/')}/{name}/"
+        replacements["/srv/www/data/"] = os.path.join(folder, name) + "/"
+    return replacements, env
+
+
 def substitute(text: str, replacements: dict[str, str]) -> str:
     for old, new in replacements.items():
         text = text.replace(old, new)
@@ -260,10 +318,12 @@ def checked_prints(code: str, path: str, first_line: int) -> str:
 class Worker:
     """A Python process that executes blocks in one namespace, in a working directory."""
 
-    def __init__(self, python: str, cwd: Path, log: Path) -> None:
+    def __init__(self, python: str, cwd: Path, log: Path,
+                 extra_env: dict[str, str] | None = None) -> None:
         to_worker_r, self._to_worker = os.pipe()
         self._from_worker, from_worker_w = os.pipe()
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **(extra_env or {}), "PYTHONPATH": str(ROOT),
+               "PYTHONUNBUFFERED": "1"}
         self._log = log.open("ab")
         self.process = subprocess.Popen(
             [python, "-c", _WORKER, str(to_worker_r), str(from_worker_w)],
@@ -318,10 +378,12 @@ def parse_transcript(code: str) -> list[tuple[str, str]]:
     return [(command, "\n".join(lines).strip()) for command, lines in steps]
 
 
-def run_shell(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run_shell(script: str, cwd: Path,
+              extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", "-c", script], cwd=cwd, capture_output=True, text=True,
-        timeout=BLOCK_TIMEOUT, env={**os.environ, "PATH": tool_path()}, check=False,
+        timeout=BLOCK_TIMEOUT, env={**os.environ, **(extra_env or {}), "PATH": tool_path()},
+        check=False,
     )
 
 
@@ -331,10 +393,11 @@ def output_matches(expected: str, actual: str) -> bool:
     return checker.check_output(expected + "\n", actual.strip() + "\n", flags)
 
 
-def check_console(block: Block, code: str, cwd: Path) -> list[str]:
+def check_console(block: Block, code: str, cwd: Path,
+                  extra_env: dict[str, str] | None = None) -> list[str]:
     problems = []
     for command, expected in parse_transcript(code):
-        done = run_shell(command, cwd)
+        done = run_shell(command, cwd, extra_env)
         actual = (done.stdout + done.stderr).strip()
         if not output_matches(expected, actual):
             problems.append(f"{block.where}: `$ {command}` printed\n{actual}\n"
@@ -344,8 +407,9 @@ def check_console(block: Block, code: str, cwd: Path) -> list[str]:
     return problems
 
 
-def check_script(block: Block, code: str, cwd: Path) -> list[str]:
-    done = run_shell("set -euo pipefail\n" + code, cwd)
+def check_script(block: Block, code: str, cwd: Path,
+                 extra_env: dict[str, str] | None = None) -> list[str]:
+    done = run_shell("set -euo pipefail\n" + code, cwd, extra_env)
     if done.returncode != 0:
         return [(f"{block.where}: the script exited {done.returncode}:\n"
                  f"{done.stdout}{done.stderr}")]
@@ -367,12 +431,13 @@ class PageRun:
     cwd: Path
     pythons: dict[str, str]
     replacements: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)  # object storage's credentials
     workers: dict[str, Worker] = field(default_factory=dict)
 
     def worker(self, name: str) -> Worker:
         if name not in self.workers:
             log = self.cwd.parent / f"{name}-output.txt"
-            self.workers[name] = Worker(self.pythons[name], self.cwd, log)
+            self.workers[name] = Worker(self.pythons[name], self.cwd, log, self.env)
         return self.workers[name]
 
     def run(self, block: Block) -> list[str]:
@@ -382,8 +447,8 @@ class PageRun:
             reply = self.worker(block.run_with).run(block, code)
             return [] if reply["ok"] else [f"{block.where}: the block failed:\n{reply['error']}"]
         if block.language == "console":
-            return check_console(block, code, self.cwd)
-        return check_script(block, code, self.cwd)
+            return check_console(block, code, self.cwd, self.env)
+        return check_script(block, code, self.cwd, self.env)
 
     def close(self) -> str:
         for worker in self.workers.values():
@@ -401,12 +466,15 @@ def test_page_examples_run(page: Path, tmp_path: Path, request: pytest.FixtureRe
     """Every runnable block of the page runs, in order, and none fails."""
     blocks = runnable(read_blocks(page))
     replacements = require(set().union(*(needs(b.code) for b in blocks)))
+    objects, env = provide_object_services(
+        set().union(*(object_services(b.code) for b in blocks)))
+    replacements.update(objects)
     pythons = {"python": sys.executable}
     if any(b.run_with == "zarr2" for b in blocks):
         pythons["zarr2"] = request.getfixturevalue("zarr2").python
     cwd = tmp_path / "work"
     cwd.mkdir()
-    run = PageRun(cwd, pythons, replacements)
+    run = PageRun(cwd, pythons, replacements, env)
     problems: list[str] = []
     try:
         for block in blocks:
@@ -419,6 +487,52 @@ def test_page_examples_run(page: Path, tmp_path: Path, request: pytest.FixtureRe
     if left:
         problems.append(f"the examples left zfuse mounts behind (now unmounted): {left}")
     assert not problems, "\n\n".join(problems) + f"\n\nwhat the examples printed:\n{output}"
+
+
+#: Transcripts kept as ```text blocks, and the test that runs each: they run
+#: from the checkout (``.venv/bin/python scripts/...``), not from the page's
+#: temporary folder, and print figures that change from run to run.
+RECORDED = {"docs/parallel-writes.md": "test_lost_updates_demo_prints_what_the_page_shows"}
+
+
+def text_transcripts() -> list[Block]:
+    """The blocks of a language that never runs whose text is a ``$ command`` transcript."""
+    return [b for page in PAGES for b in read_blocks(page)
+            if b.language not in RUNNABLE and b.code.startswith("$ ")]
+
+
+def test_every_recorded_transcript_is_run_by_a_test() -> None:
+    unrun = [b.where for b in text_transcripts() if page_id(b.page) not in RECORDED]
+    assert not unrun, (f"transcripts in blocks that never run: {unrun}; make them console "
+                       "blocks, or add a test that runs them to RECORDED")
+    assert all(name in globals() for name in RECORDED.values())
+
+
+def test_lost_updates_demo_prints_what_the_page_shows() -> None:
+    """parallel-writes.md's demo, as the page types it: the synchronized runs lose nothing.
+
+    Every figure but those zeros varies (losses from run to run, totals with
+    the writer count, which follows the machine's cores), so each is ``...``.
+    """
+    import shlex
+
+    [block] = [b for b in text_transcripts() if page_id(b.page) == "docs/parallel-writes.md"]
+    [(command, expected)] = parse_transcript(block.code)
+    argv = shlex.split(command)
+    assert argv[:2] == [".venv/bin/python", "scripts/demo_lost_updates.py"]
+    lines = []
+    for line in expected.splitlines():
+        if "with ProcessSynchronizer" in line:
+            assert re.search(r" 0 of ", line), f"the page shows a synchronized loss: {line!r}"
+            lines.append(re.sub(r"(?<= of )\d[\d,]*", "...", line))
+        else:
+            lines.append(re.sub(r"\d[\d,]*", "...", line))
+    done = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert output_matches("\n".join(lines), done.stdout), (
+        f"{block.where}: the demo printed\n{done.stdout}--- but the page shows\n{expected}")
 
 
 def test_no_test_markers_are_rare() -> None:

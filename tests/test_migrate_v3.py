@@ -571,3 +571,62 @@ def test_migrate_on_a_full_disk_fails_typed_and_finishes_later(
     assert done.code == 0, done.err
     assert v2_keys(contents(url)) == []
     assert_same_nodes(as_v2, read_hierarchy(url, 3))
+
+
+# ------------------------------------------------------------------ progress
+def _many_arrays(store: zstores.Store, count: int) -> None:
+    """A format 2 group holding ``count`` small arrays (their documents only)."""
+    zarray = json.dumps({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i4",
+                         "compressor": None, "fill_value": 0, "order": "C",
+                         "filters": None}).encode()
+    store.setitems({".zgroup": b'{"zarr_format": 2}'}
+                   | {f"a{index}/.zarray": zarray for index in range(count)})
+
+
+def _stages(calls: list[tuple[str, int, int | None]]) -> dict[str, list[tuple[int, int | None]]]:
+    """Each stage's ``(done, total)`` reports, stages in their first order."""
+    stages: dict[str, list[tuple[int, int | None]]] = {}
+    for stage, done, total in calls:
+        stages.setdefault(stage, []).append((done, total))
+    return stages
+
+
+def test_migrate_and_consolidate_report_progress_by_stage(tmp_path: Path) -> None:
+    from zstores._progress import BATCH
+    from zstores.migrate_v1 import migrate_1to2
+
+    count = BATCH + 500  # two batches of documents
+    store = zstores.open_store(f"sqlite://{tmp_path / 'many.sqlite'}", mode="w")
+    _many_arrays(store, count)
+    calls: list[tuple[str, int, int | None]] = []
+
+    def progress(*call: object) -> None:
+        calls.append(call)  # type: ignore[arg-type]
+
+    result = zstores.migrate_2to3(store, remove_v2_metadata=True, progress=progress)
+    stages = _stages(calls)
+    assert list(stages) == ["listing keys", "reading metadata", "writing metadata",
+                            "removing v2 metadata"]
+    assert stages["listing keys"] == [(0, None), (BATCH, None), (count + 1, count + 1)]
+    for stage in ("reading metadata", "removing v2 metadata"):
+        assert stages[stage] == [(0, count + 1), (BATCH, count + 1), (count + 1, count + 1)]
+    assert stages["writing metadata"][-1] == (count + 1, count + 1) == (len(result.written),) * 2
+    assert sorted(store) == sorted(["zarr.json"] + [f"a{i}/zarr.json" for i in range(count)])
+    assert list(result.written)[-1] == "zarr.json"  # the root last, as without progress
+
+    calls.clear()
+    consolidated = zstores.consolidate_metadata(store, progress=progress)
+    assert len(consolidated.metadata["metadata"]) == count
+    stages = _stages(calls)
+    assert list(stages) == ["listing keys", "reading metadata"]
+    assert stages["reading metadata"][-1] == (count, count)  # every node but the root
+    store.close()
+
+    calls.clear()
+    v1 = {"meta": b'{"zarr_format": 1, "shape": [4], "chunks": [2], "dtype": "<i4", '
+                  b'"compression": "zlib", "compression_opts": 1, "fill_value": 0, '
+                  b'"order": "C"}', "attrs": b"{}"}
+    migrate_1to2(v1, progress=progress)
+    assert calls == [("writing metadata", 0, 2), ("writing metadata", 1, 2),
+                     ("writing metadata", 2, 2), ("removing v1 metadata", 0, 2),
+                     ("removing v1 metadata", 1, 2), ("removing v1 metadata", 2, 2)]

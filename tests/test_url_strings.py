@@ -199,7 +199,98 @@ def test_reading_a_url_on_read_only_media(backend, read_only_medium):
     loaded = xarray.open_zarr(url, consolidated=False).load()
     xarray.testing.assert_identical(loaded, dataset)
     assert zarr.open_array(url, path="t", mode="r")[:].tolist() == list(range(6))
+    # a write after the reads: refused, naming the store (ReadOnlyError from the
+    # read-only store, or EROFS from a folder store, which opens writable there)
+    with pytest.raises(OSError, match=f"^(\\[Errno 30\\] )?{STORE_CLASSES[backend]}.*[Rr]ead-only"):
+        zarr.open_array(url, path="t", mode="r+")[:] = 1
     assert sorted(os.listdir(src)) == before
+
+
+def files_under(folder) -> list[str]:
+    """Every file below ``folder``, relative to it (lock, journal and reserve files included)."""
+    return sorted(os.path.relpath(os.path.join(root, name), folder)
+                  for root, _, names in os.walk(folder) for name in names)
+
+
+def shared_store(url: str):
+    """The store the URL's shared file system reads through (opening it read-only if needed)."""
+    fs, _ = fsspec.url_to_fs(url)
+    return fs._store("read")
+
+
+@pytest.mark.parametrize("backend", sorted(FILE_BACKENDS))
+def test_a_read_opens_the_store_read_only_and_leaves_no_file(backend, tmp_path):
+    xarray = pytest.importorskip("xarray")
+    name = FILE_BACKENDS[backend]
+    url = f"{backend}://{tmp_path / name}"
+    dataset = xarray.Dataset({"t": ("x", np.arange(6))})
+    dataset.to_zarr(url, mode="w", consolidated=False)
+    close_shared_stores()
+    # What a writable open makes beside the store (SQLite's reserve, DBM's
+    # writer lock file) is gone, as for a store another program wrote: a read
+    # must not make it again.
+    for made_by_writers in (".zstores-reserve", ".lock"):
+        (tmp_path / (name + made_by_writers)).unlink(missing_ok=True)
+    before = files_under(tmp_path)
+    xarray.testing.assert_identical(xarray.open_zarr(url, consolidated=False).load(), dataset)
+    assert zarr.open_array(url, path="t", mode="r")[:].tolist() == list(range(6))
+    store = shared_store(url)
+    close_shared_stores()
+    assert files_under(tmp_path) == before
+    assert store.read_only and store.mode == "r"
+
+
+def test_a_read_beside_a_writer_holding_the_write_lock(tmp_path):
+    """A DBM writer in another process holds the store's write lock; a URL read still works."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "locked.dbm"
+    url = f"dbm://{path}"
+    zarr.create_array(url, shape=(4,), dtype="i2", chunks=(2,))[:] = 7
+    close_shared_stores()
+    script = ("import sys; from zstores.urls import open_store\n"
+              f"store = open_store({url!r}, mode='r+')\n"
+              "print('holding', flush=True); sys.stdin.read(); store.close()")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "holding\n"  # the lock is taken: no race
+        with pytest.raises(BlockingIOError):  # the lock is real: a second writer is refused
+            open_store(url, mode="r+")
+        assert zarr.open_array(url, mode="r")[:].tolist() == [7] * 4
+        assert shared_store(url).read_only
+        with pytest.raises(BlockingIOError):  # a write still waits for the other writer
+            zarr.open_array(url, mode="r+")[:] = 1
+        assert zarr.open_array(url, mode="r")[:].tolist() == [7] * 4  # reads go on
+    finally:
+        holder.communicate("")
+    assert holder.returncode == 0
+
+
+@pytest.mark.parametrize("backend", sorted(FILE_BACKENDS))
+def test_a_read_then_a_write_in_one_process(backend, tmp_path):
+    xarray = pytest.importorskip("xarray")
+    url = f"{backend}://{tmp_path / FILE_BACKENDS[backend]}"
+    xarray.Dataset({"t": ("x", np.arange(4))}).to_zarr(url, mode="w", consolidated=False)
+    close_shared_stores()
+    lazy = xarray.open_zarr(url, consolidated=False)  # read: opens the store read-only
+    reader = zarr.open_array(url, path="t", mode="r")
+    first = shared_store(url)
+    assert first.read_only and reader[:].tolist() == [0, 1, 2, 3]
+
+    zarr.open_array(url, path="t", mode="r+")[:] = 9  # the first write reopens it writable
+    xarray.Dataset({"u": ("x", np.ones(4))}).to_zarr(url, mode="a", consolidated=False)
+    now = shared_store(url)
+    assert not now.read_only and now is not first
+    assert not first.closed and first["t/zarr.json"]  # a read in flight keeps its handle
+    assert reader[:].tolist() == [9] * 4 and lazy["t"].values.tolist() == [9] * 4
+    assert xarray.open_zarr(url, consolidated=False)["u"].values.tolist() == [1.0] * 4
+    close_shared_stores()
+    assert first.closed and now.closed
+    assert set(stored_keys(url)) >= {"t/c/0", "u/zarr.json"}
 
 
 def test_zarr2_format_through_a_url(tmp_path):

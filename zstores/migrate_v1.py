@@ -13,6 +13,7 @@ from typing import Any
 import numcodecs
 import numpy as np
 
+from ._progress import Progress, report
 from .metadata import v2
 from .metadata.documents import ARRAY_V2, ATTRS_V2, MetadataError, load_json
 from .metadata.nodes import classify
@@ -105,7 +106,8 @@ def plan_1to2(store: Mapping[str, Any]) -> dict[str, bytes]:
     return written
 
 
-def migrate_1to2(store: MutableMapping[str, Any]) -> dict[str, bytes]:
+def migrate_1to2(store: MutableMapping[str, Any], *,
+                 progress: Progress | None = None) -> dict[str, bytes]:
     """Convert a Zarr spec v1 array at the root of ``store`` to spec v2.
 
     ``meta`` becomes ``.zarray`` (``compression`` and ``compression_opts``
@@ -117,6 +119,10 @@ def migrate_1to2(store: MutableMapping[str, Any]) -> dict[str, bytes]:
     ----------
     store : MutableMapping
         The store holding the v1 array.
+    progress : callable, optional
+        ``progress(stage, done, total)``, called as the v2 documents are
+        written (``"writing metadata"``) and the v1 ones removed
+        (``"removing v1 metadata"``); see ``zstores._progress``.
 
     Raises
     ------
@@ -142,9 +148,13 @@ def migrate_1to2(store: MutableMapping[str, Any]) -> dict[str, bytes]:
     ['.zarray', '.zattrs']
     """
     written = plan_1to2(store)
-    for key, value in written.items():
+    report(progress, "writing metadata", 0, len(written))
+    for done, (key, value) in enumerate(written.items(), 1):
         store[key] = value
-    if "attrs" in store:
-        del store["attrs"]
-    del store["meta"]
+        report(progress, "writing metadata", done, len(written))
+    old = ["attrs", "meta"] if "attrs" in store else ["meta"]
+    report(progress, "removing v1 metadata", 0, len(old))
+    for done, key in enumerate(old, 1):
+        del store[key]
+        report(progress, "removing v1 metadata", done, len(old))
     return written

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._progress import Progress, in_batches, listed
 from .base import Store
 from .errors import UnsupportedOperationError
 from .metadata import v3 as metadata_v3
@@ -106,12 +107,14 @@ def _prefix(path: str) -> str:
     return f"{path}/" if path else ""
 
 
-def _read(store: Store) -> tuple[dict[str, Any], dict[str, Any]]:
+def _read(store: Store, progress: Progress | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every v2 metadata document by key, and every ``zarr.json`` by node path, decoded."""
-    keys = list(store.keys())
+    keys = listed(store.keys(), progress)
     wanted = [key for key in keys if _split(key)[1] in V2_METADATA_NAMES]
     nodes = [key for key in keys if _split(key)[1] == NODE_V3]
-    values = store.getitems(wanted + nodes)
+    values: dict[str, Any] = {}
+    for found in in_batches(store.getitems, wanted + nodes, progress, "reading metadata"):
+        values.update(found)
     v2 = {key: load_json(values[key], key) for key in sorted(wanted) if key in values}
     v3 = {_split(key)[0]: load_json(values[key], key) for key in nodes if key in values}
     return v2, v3
@@ -247,7 +250,8 @@ def _checked(documents: dict[str, Any], existing: Mapping[str, Any], store: Stor
     return documents, nodes, sorted({**broken, **unreadable}.items())
 
 
-def plan_2to3(store: Store, *, skip_broken: bool = False) -> Migration:
+def plan_2to3(store: Store, *, skip_broken: bool = False,
+              progress: Progress | None = None) -> Migration:
     """What ``migrate_2to3`` would write, computed without writing anything.
 
     Every ``.zarray`` and ``.zgroup`` is first checked by the rules ``zstores
@@ -261,6 +265,10 @@ def plan_2to3(store: Store, *, skip_broken: bool = False) -> Migration:
         Leave the nodes whose documents break the specification as they
         are (listed in ``skipped``) and migrate the rest, instead of
         refusing the whole migration.
+    progress : callable, optional
+        ``progress(stage, done, total)``, called as the keys are listed
+        (``"listing keys"``) and the metadata read (``"reading metadata"``);
+        see ``zstores._progress``.
 
     Raises
     ------
@@ -280,7 +288,7 @@ def plan_2to3(store: Store, *, skip_broken: bool = False) -> Migration:
     >>> sorted(plan_2to3(store).written), len(store)
     (['zarr.json'], 1)
     """
-    documents, existing = _read(store)
+    documents, existing = _read(store, progress)
     if not documents:
         raise MetadataError(f"no Zarr format 2 metadata (.zgroup or .zarray) in {store!r}: "
                             "nothing to migrate")
@@ -302,7 +310,7 @@ def plan_2to3(store: Store, *, skip_broken: bool = False) -> Migration:
 
 
 def migrate_2to3(store: Store, *, dry_run: bool = False, remove_v2_metadata: bool = False,
-                 skip_broken: bool = False) -> Migration:
+                 skip_broken: bool = False, progress: Progress | None = None) -> Migration:
     """Write format 3 metadata for the format 2 hierarchy in ``store``.
 
     Parameters
@@ -318,6 +326,11 @@ def migrate_2to3(store: Store, *, dry_run: bool = False, remove_v2_metadata: boo
     skip_broken : bool
         Migrate the nodes whose metadata is valid and leave the others as
         they are (``skipped``), instead of refusing the whole migration.
+    progress : callable, optional
+        ``progress(stage, done, total)``, called as ``plan_2to3`` calls it,
+        then as the documents are written (``"writing metadata"``) and the
+        v2 ones removed (``"removing v2 metadata"``).  The documents are
+        then written in batches, deepest nodes first as without it.
 
     Returns
     -------
@@ -348,13 +361,13 @@ def migrate_2to3(store: Store, *, dry_run: bool = False, remove_v2_metadata: boo
     if remove_v2_metadata and not store.supports_deletes:
         raise UnsupportedOperationError(f"{store!r} cannot delete keys: migrate without "
                                         "remove_v2_metadata")
-    result = plan_2to3(store, skip_broken=skip_broken)
+    result = plan_2to3(store, skip_broken=skip_broken, progress=progress)
     if not remove_v2_metadata:
         result.removed = []
     if dry_run:
         return result
     if result.written:
-        store.setitems(result.written)
+        in_batches(store.setitems, result.written, progress, "writing metadata")
     if result.removed:
-        store.delitems(result.removed)
+        in_batches(store.delitems, result.removed, progress, "removing v2 metadata")
     return result

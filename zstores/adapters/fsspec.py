@@ -27,8 +27,11 @@ as ``zarr_store`` calls them; the others in worker threads.
 One store per process: fsspec caches file system instances per thread
 (those zarr asks for), while LMDB allows one environment per process and DBM
 one writer, so every instance with the same URL and options shares one
-store, opened on first use and closed when the interpreter exits.  Reading
-a URL that names no store opens nothing and creates nothing.
+store, opened on first use and closed when the interpreter exits.  Reads
+open it read-only (mode ``"r"``: no write lock taken, no lock or reserve
+file created, so a reader works on read-only media and beside a writer in
+another process); the first write opens it again writable.  Reading a URL
+that names no store opens nothing and creates nothing.
 A file system pickles to its URL and options, so a dask worker opens the
 store again in its own process.
 """
@@ -76,54 +79,88 @@ T = TypeVar("T")
 
 # --------------------------------------------------------- one store a process
 class _SharedStores:
-    """The stores opened through fsspec in this process, one per URL and options."""
+    """The stores opened through fsspec in this process, one per URL and options.
+
+    With no ``store_mode`` a URL is opened read-only (``"r"``) by reads and
+    writable by the first write, which replaces the read-only store for
+    every later call.  A replaced store is kept open (and referenced) until
+    ``close_all`` or exit, so a read in flight on it keeps its handle.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stores: dict[tuple[Any, ...], Store] = {}
+        # Read-only stores a write replaced: still open for reads in flight.
+        self._replaced: list[Store] = []
         # Stores a forked child inherited: kept referenced so their finalizers
         # never close a handle the parent still uses.
         self._inherited: list[Store] = []
 
     def get(self, token: tuple[Any, ...], url: str, mode: str | None,
-            options: dict[str, Any], create: bool) -> Store | None:
-        """The shared store for ``token``, opened if needed; None if absent and not ``create``.
+            options: dict[str, Any], need: str) -> Store | None:
+        """The shared store for ``token``, opened if needed; None if absent and not created.
 
-        With ``mode`` None the store is opened ``"r+"`` by a read (so reading
-        a URL that names nothing creates nothing; ``"r"`` when the store cannot
-        be written, e.g. on read-only media) and ``"a"`` by a write.
+        ``need`` is ``"read"``, ``"write"`` (an existing store) or
+        ``"create"``.  With ``mode`` None a read opens the store ``"r"``,
+        so reading takes no write lock and leaves no file behind (and
+        reading a URL that names nothing creates nothing); a write opens it
+        ``"r+"`` (``"a"`` to create), or ``"r"`` again where nothing can be
+        written (read-only media: the write then raises ``ReadOnlyError``).
         """
         store = self._stores.get(token)  # every call passes here: no lock once open
-        if store is not None and not store.closed:
+        if store is not None and self._serves(store, mode, need):
             return store
         with self._lock:
             store = self._stores.get(token)
-            if store is not None and not store.closed:
+            if store is not None and self._serves(store, mode, need):
                 return store
-            store = self._open(url, mode, options, create)
-            if store is not None:
-                self._stores[token] = store
-            return store
+            opened = self._open(url, mode, options, need, store)
+            if opened is not store and store is not None and not store.closed:
+                self._replaced.append(store)
+            if opened is not None:
+                self._stores[token] = opened
+            return opened
 
     @staticmethod
-    def _open(url: str, mode: str | None, options: dict[str, Any], create: bool) -> Store | None:
+    def _serves(store: Store, mode: str | None, need: str) -> bool:
+        """Whether the open ``store`` answers a call that needs ``need``."""
+        return not store.closed and (need == "read" or mode is not None or not store.read_only)
+
+    @staticmethod
+    def _open(url: str, mode: str | None, options: dict[str, Any], need: str,
+              read_only: Store | None) -> Store | None:
+        """Open the store for ``need``; ``read_only`` is the open read-only one, if any."""
         from ..urls import open_store
 
         if mode is not None:
             return open_store(url, mode=mode, **options)  # type: ignore[arg-type]
-        if create:
-            return open_store(url, mode="a", **options)
+        wanted = {"read": "r", "write": "r+", "create": "a"}[need]
         try:
-            return open_store(url, mode="r+", **options)
+            return open_store(url, mode=wanted, **options)  # type: ignore[arg-type]
         except StoreNotFoundError:
             return None
-        except OSError as error:
-            if not _cannot_write(error):
+        except BlockingIOError:
+            # StoreLockedError: for dbm.gnu/ndbm files the reader lock of this
+            # process's own read-only store keeps its writer out; close it (a
+            # read in flight on it fails) and open the writer.  Untested here:
+            # the test machine's Python has neither _gdbm nor _dbm.
+            if need == "read" or read_only is None or read_only.closed:
                 raise
-            try:  # read-only files, folder or medium: reading still works
-                return open_store(url, mode="r", **options)
-            except StoreNotFoundError:
-                return None
+            read_only.close()
+            return open_store(url, mode=wanted, **options)  # type: ignore[arg-type]
+        except OSError as error:
+            if need == "read" or not _cannot_write(error):
+                raise
+            # read-only files, folder or medium: the store refuses the write
+            # itself (ReadOnlyError, naming it)
+            if read_only is not None and not read_only.closed:
+                return read_only
+            if need == "create":
+                raise
+        try:
+            return open_store(url, mode="r", **options)
+        except StoreNotFoundError:
+            return None
 
     def peek(self, token: tuple[Any, ...]) -> Store | None:
         """The open shared store for ``token``, without opening it (no lock: a dict read)."""
@@ -137,13 +174,16 @@ class _SharedStores:
     def close_all(self) -> None:
         with self._lock:
             stores, self._stores = list(self._stores.values()), {}
-        for store in stores:
+            replaced, self._replaced = self._replaced, []
+        for store in [*stores, *replaced]:
             store.close()
 
     def forget_after_fork(self) -> None:
         self._lock = threading.Lock()
         self._inherited.extend(self._stores.values())
+        self._inherited.extend(self._replaced)
         self._stores = {}
+        self._replaced = []
 
 
 _SHARED = _SharedStores()
@@ -207,8 +247,10 @@ class StoreFileSystem(AsyncFileSystem):
         from the URL it was given.
     store_mode : {None, "r", "r+", "a", "w", "w-"}, optional
         The store's mode.  By default a read opens an existing store
-        (``"r+"``) and never creates one; the first write opens it with
-        ``"a"``.  ``mode`` is accepted too, but ``fsspec.url_to_fs`` (which
+        read-only (``"r"``: no write lock, no file created, works on
+        read-only media) and never creates one; the first write opens it
+        again writable (``"r+"``, or ``"a"`` to create it) and every later
+        call uses that.  ``mode`` is accepted too, but ``fsspec.url_to_fs`` (which
         zarr uses) drops a ``mode`` storage option, so give ``store_mode`` in
         ``storage_options``.
     **options
@@ -317,11 +359,12 @@ class StoreFileSystem(AsyncFileSystem):
     # ------------------------------------------------------------- the store
     @property
     def store(self) -> Store:
-        """The shared store, opened (and created if absent) on first use."""
-        return self._store(create=True)  # type: ignore[return-value]
+        """The shared store, opened writable (and created if absent) on first use."""
+        return self._store("create")  # type: ignore[return-value]
 
-    def _store(self, create: bool) -> Store | None:
-        return _SHARED.get(self._token, self.url, self.store_mode, self.store_options, create)
+    def _store(self, need: str = "read") -> Store | None:
+        """The shared store for ``need`` (``"read"``, ``"write"``, ``"create"``); None if absent."""
+        return _SHARED.get(self._token, self.url, self.store_mode, self.store_options, need)
 
     @classmethod
     def _path(cls, path: Any) -> str:
@@ -346,7 +389,7 @@ class StoreFileSystem(AsyncFileSystem):
     def info(self, path: Any, **kwargs: Any) -> dict[str, Any]:
         name = self._strip_protocol(path)
         key = self._path(name)
-        store = self._store(create=False)
+        store = self._store("read")
         kind = None if store is None else self._kind(store, key)
         if kind is None:
             if not key:  # the root of a store that does not exist yet
@@ -358,7 +401,7 @@ class StoreFileSystem(AsyncFileSystem):
     def ls(self, path: Any, detail: bool = True, **kwargs: Any) -> list[Any]:
         asked = self._strip_protocol(path)
         key = self._path(asked)
-        store = self._store(create=False)
+        store = self._store("read")
         if store is None:
             if key:
                 raise _missing(asked)
@@ -386,7 +429,7 @@ class StoreFileSystem(AsyncFileSystem):
             raise ValueError("maxdepth must be at least 1")
         asked = self._strip_protocol(path)
         key = self._path(asked)
-        store = self._store(create=False)
+        store = self._store("read")
         found: dict[str, str] = {}  # path -> type
         if store is not None:
             if key and key in store:
@@ -436,7 +479,7 @@ class StoreFileSystem(AsyncFileSystem):
         """The value at ``path``, or its bytes ``[start, end)`` (negative: from the end)."""
         name = self._strip_protocol(path)
         key = normalize_key(name)
-        store = self._store(create=False)
+        store = self._store("read")
         if store is None:
             raise _missing(name)
         try:
@@ -488,7 +531,7 @@ class StoreFileSystem(AsyncFileSystem):
 
     def rm_file(self, path: Any) -> None:
         name = self._strip_protocol(path)
-        store = self._store(create=False)
+        store = self._store("write")
         if store is None:
             raise _missing(name)
         try:
@@ -508,7 +551,7 @@ class StoreFileSystem(AsyncFileSystem):
 
     def _rm_one(self, name: str, recursive: bool) -> None:
         key = self._path(name)
-        store = self._store(create=False)
+        store = self._store("write")
         if store is None:
             if recursive:
                 return
@@ -534,7 +577,7 @@ class StoreFileSystem(AsyncFileSystem):
 
     def rmdir(self, path: Any) -> None:
         """Nothing to do for an empty folder; refuses one that holds keys."""
-        store = self._store(create=False)
+        store = self._store("read")
         key = self._path(path)
         if store is not None and key and store.listdir(key):
             raise OSError(errno.ENOTEMPTY, "the folder holds keys", path)
@@ -552,7 +595,7 @@ class StoreFileSystem(AsyncFileSystem):
            **kwargs: Any) -> None:
         """Rename a key or a folder of keys, through the store's own rename."""
         source, target = self._strip_protocol(path1), self._strip_protocol(path2)
-        store = self._store(create=False)
+        store = self._store("write")
         if store is None:
             raise _missing(source)
         try:
@@ -645,7 +688,7 @@ class StoreFile(AbstractBufferedFile):
         self._parts: list[bytes] = []
         key = normalize_key(path)
         if mode in ("ab", "xb"):
-            store = fs._store(create=False)
+            store = fs._store("read")
             existing = store is not None and key in store
             if mode == "xb" and existing:
                 raise FileExistsError(errno.EEXIST, "the key exists already", path)

@@ -29,6 +29,7 @@ __all__ = [
     "plural",
     "print_json",
     "print_problems",
+    "StageBars",
     "progress_bar",
     "progress_wanted",
     "say",
@@ -276,3 +277,49 @@ def progress_bar(wanted: bool, total: int | None, desc: str, unit: str,
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=scale,
                 unit_divisor=1024 if scale else 1000, position=position,
                 leave=False, file=sys.stderr, dynamic_ncols=True)
+
+
+class StageBars:
+    """A library job's ``progress(stage, done, total)`` shown as one bar per stage.
+
+    The bar of a stage replaces the last one's when the stage changes; none
+    is drawn unless ``wanted``.  Use as a context manager, so the last bar
+    is cleared when the job ends or fails.
+
+    Examples
+    --------
+    >>> with StageBars(False) as bars:
+    ...     bars("listing keys", 0, None)
+    ...     bars("listing keys", 10, 10)
+    >>> bars.stages
+    ['listing keys']
+    """
+
+    def __init__(self, wanted: bool) -> None:
+        self.wanted = wanted
+        self.stages: list[str] = []
+        self._bar: Any = None
+        self._done = 0
+
+    def __call__(self, stage: str, done: int, total: int | None) -> None:
+        if not self.stages or self.stages[-1] != stage:
+            self.close()
+            self.stages.append(stage)
+            unit = "key" if stage.startswith("listing") else "document"
+            self._bar = progress_bar(self.wanted, total, stage, unit)
+            self._done = 0
+        if total is not None and getattr(self._bar, "total", total) != total:
+            self._bar.total = total  # a listing learns its count at the end
+        self._bar.update(done - self._done)
+        self._done = done
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> StageBars:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

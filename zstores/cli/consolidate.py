@@ -16,8 +16,16 @@ from typing import Any
 
 from ..metadata import ARRAY_V2, CONSOLIDATED_V2, GROUP_V2, NODE_V3
 from ..wrappers import consolidate_metadata
-from ._common import add_json, add_url, open_url, shown, subcommand
-from ._output import EXIT_OK, CommandError, plural, print_json, say
+from ._common import add_json, add_progress, add_url, open_url, shown, subcommand
+from ._output import (
+    EXIT_OK,
+    CommandError,
+    StageBars,
+    plural,
+    print_json,
+    progress_wanted,
+    say,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -36,6 +44,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     add_url(parser)
     add_json(parser, "each key written, its format and how many documents it holds")
+    add_progress(parser)
     parser.set_defaults(run=run)
 
 
@@ -52,9 +61,9 @@ def _formats(store: Any, url: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     written = []
-    with open_url(args.url, "r+") as store:
+    with open_url(args.url, "r+") as store, StageBars(progress_wanted(args.progress)) as bars:
         for zarr_format in _formats(store, args.url):
-            count = len(consolidate_metadata(store, zarr_format=zarr_format)
+            count = len(consolidate_metadata(store, zarr_format=zarr_format, progress=bars)
                         .metadata["metadata"])
             key = CONSOLIDATED_V2 if zarr_format == 2 else NODE_V3
             written.append({"key": key, "zarr_format": zarr_format, "documents": count})

@@ -17,8 +17,16 @@ from typing import Any
 from ..metadata import ARRAY_V2, MetadataError
 from ..migrate_v1 import migrate_1to2, plan_1to2
 from ..migrate_v3 import BrokenMetadataError, Migration, migrate_2to3
-from ._common import add_json, add_url, open_url, shown, subcommand
-from ._output import EXIT_OK, CommandError, plural, print_json, say
+from ._common import add_json, add_progress, add_url, open_url, shown, subcommand
+from ._output import (
+    EXIT_OK,
+    CommandError,
+    StageBars,
+    plural,
+    print_json,
+    progress_wanted,
+    say,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -53,6 +61,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                         help="with --to 3: delete .zarray, .zgroup, .zattrs and .zmetadata "
                         "once every zarr.json is written (zarr-python 2 can no longer read it)")
     add_json(parser, "every document written, as JSON, and every key removed or skipped")
+    add_progress(parser)
     parser.set_defaults(run=run)
 
 
@@ -77,7 +86,11 @@ def _run_to_2(args: argparse.Namespace) -> int:
                                "key at the root")
         had_attrs = "attrs" in store
         try:
-            written = plan_1to2(store) if args.dry_run else migrate_1to2(store)
+            if args.dry_run:
+                written = plan_1to2(store)
+            else:
+                with StageBars(progress_wanted(args.progress)) as bars:
+                    written = migrate_1to2(store, progress=bars)
         except MetadataError as error:
             raise CommandError(f"{error}; nothing was written") from None
     if args.json:
@@ -98,9 +111,10 @@ def _run_to_2(args: argparse.Namespace) -> int:
 def _run_to_3(args: argparse.Namespace) -> int:
     with open_url(args.url, "r" if args.dry_run else "r+") as store:
         try:
-            result = migrate_2to3(store, dry_run=args.dry_run,
-                                  remove_v2_metadata=args.remove_v2_metadata,
-                                  skip_broken=args.skip_broken)
+            with StageBars(progress_wanted(args.progress)) as bars:
+                result = migrate_2to3(store, dry_run=args.dry_run,
+                                      remove_v2_metadata=args.remove_v2_metadata,
+                                      skip_broken=args.skip_broken, progress=bars)
         except BrokenMetadataError as error:
             if args.json:
                 print_json({**_document(args, {}, []), "problems": [

@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._progress import Progress, in_batches, listed
 from ..base import Buffer, Mode, Store
 from ..errors import ReadOnlyError
 from ..keys import normalize_storage_path, prefix_of
@@ -371,23 +372,27 @@ def _check_format(zarr_format: int | None) -> None:
 
 
 def _metadata_documents(store: Store, path: str, names: frozenset[str],
-                        skip: str) -> dict[str, Any]:
+                        skip: str, progress: Progress | None = None) -> dict[str, Any]:
     """Every metadata document below the group ``path`` (but ``skip``), decoded, by key."""
-    keys = [key for key in store.list_prefix(path) if _name(key) in names and key != skip]
-    values = store.getitems(keys)
+    keys = [key for key in listed(store.list_prefix(path), progress)
+            if _name(key) in names and key != skip]
+    values: dict[str, Any] = {}
+    for found in in_batches(store.getitems, keys, progress, "reading metadata"):
+        values.update(found)
     return {key: load_json(value, key) for key, value in sorted(values.items())}
 
 
-def _consolidate_v2(store: Store, path: str) -> dict[str, Any]:
+def _consolidate_v2(store: Store, path: str, progress: Progress | None) -> dict[str, Any]:
     prefix = prefix_of(path)
-    found = _metadata_documents(store, path, METADATA_NAMES, prefix + CONSOLIDATED_KEY)
+    found = _metadata_documents(store, path, METADATA_NAMES, prefix + CONSOLIDATED_KEY,
+                                progress)
     documents = {key[len(prefix):]: document for key, document in found.items()}
     document = {"metadata": documents, "zarr_consolidated_format": CONSOLIDATED_FORMAT}
     store[prefix + CONSOLIDATED_KEY] = v2.encode(document)
     return document
 
 
-def _consolidate_v3(store: Store, path: str) -> dict[str, Any]:
+def _consolidate_v3(store: Store, path: str, progress: Progress | None) -> dict[str, Any]:
     prefix = prefix_of(path)
     key = prefix + NODE_KEY
     try:
@@ -399,7 +404,7 @@ def _consolidate_v3(store: Store, path: str) -> dict[str, Any]:
         raise MetadataError(f"{key!r} in {store!r} is not a Zarr format 3 group (node_type "
                             f"{group.get('node_type') if isinstance(group, dict) else group!r})"
                             "; only groups hold consolidated metadata")
-    found = _metadata_documents(store, path, frozenset({NODE_KEY}), key)
+    found = _metadata_documents(store, path, frozenset({NODE_KEY}), key, progress)
     nodes = {node_key[len(prefix):-len(NODE_KEY) - 1]: document
              for node_key, document in found.items()}
     field = metadata_v3.consolidated_field(nodes)
@@ -409,7 +414,7 @@ def _consolidate_v3(store: Store, path: str) -> dict[str, Any]:
 
 def consolidate_metadata(
     store: Store | str | os.PathLike[str], path: str = "", *, mode: Mode = "r",
-    zarr_format: int | None = None,
+    zarr_format: int | None = None, progress: Progress | None = None,
 ) -> ConsolidatedStore:
     """Gather every Zarr metadata document under the group at ``path`` into one.
 
@@ -440,6 +445,10 @@ def consolidate_metadata(
         Which metadata to consolidate; ``None`` (default): 3 if ``path`` has a
         ``zarr.json`` and no ``.zgroup``, else 2.  A hierarchy with both (as
         ``zstores migrate --to 3`` leaves it) is consolidated once per format.
+    progress : callable, optional
+        ``progress(stage, done, total)``, called as the keys below ``path``
+        are listed (``"listing keys"``) and the documents read (``"reading
+        metadata"``); see ``zstores._progress``.
 
     Returns
     -------
@@ -480,9 +489,9 @@ def consolidate_metadata(
     try:
         path = normalize_storage_path(path)
         if (zarr_format or _format_at(store, path)) == 3:
-            document = _consolidate_v3(store, path)
+            document = _consolidate_v3(store, path, progress)
         else:
-            document = _consolidate_v2(store, path)
+            document = _consolidate_v2(store, path, progress)
         return ConsolidatedStore(store, document, path=path, mode=mode)
     except BaseException:
         if owned:

@@ -374,6 +374,10 @@ def _remove_tree(parent: int, name: str) -> None:
             return
         try:
             _empty_folder(folder)
+        except OSError as error:  # name the file from ``parent`` down, not from ``folder``
+            if isinstance(error.filename, str) and not os.path.isabs(error.filename):
+                error.filename = f"{name}/{error.filename}"
+            raise
         finally:
             os.close(folder)
         try:

@@ -392,6 +392,22 @@ class DirectoryStore(Store):
             raise StoreFullError(error.errno, message + " (the file system is full)") from error
         raise OSError(error.errno, message) from error
 
+    def _whole_paths(self, error: OSError, doing: str, *folders: str) -> OSError:
+        """``error`` naming the store and the whole path of each file it names.
+
+        The OS names a file relative to the open folder it was reached through
+        (``'0'`` for ``a/0``); ``folders`` are those folders' store paths, one
+        per name (``filename``, ``filename2``).  Zstores' own errors stay.
+        """
+        if isinstance(error, ZStoresError):
+            return error
+        names = (error.filename, error.filename2)[:len(folders)]
+        whole = [os.path.join(self._root, folder, name) if isinstance(name, str) else name
+                 for folder, name in zip(folders, names, strict=True)]
+        whole += [None] * (2 - len(whole))
+        return OSError(error.errno, f"{self!r}: cannot {doing}: {error.strerror or error}",
+                       whole[0], None, whole[1])
+
     # ------------------------------------------------------------- conflicts
     def _ancestor_key(self, key: str) -> str | None:
         """The first proper prefix of ``key`` that exists as a file, if any."""
@@ -853,6 +869,9 @@ class DirectoryStore(Store):
         try:
             _remove_tree(chain[-1], name)
             self._prune(chain, segments)
+        except OSError as error:
+            raise self._whole_paths(error, f"remove {prefix[:-1]!r}",
+                                    path.rpartition("/")[0]) from error
         finally:
             _release(chain)
 
@@ -879,6 +898,8 @@ class DirectoryStore(Store):
         root = os.open(".", _LIST, dir_fd=self._root_fd)  # a descriptor of our own to list
         try:
             _empty_folder(root)
+        except OSError as error:
+            raise self._whole_paths(error, "clear the store", "") from error
         finally:
             os.close(root)
 
@@ -899,8 +920,12 @@ class DirectoryStore(Store):
                     self._replace(source[-1], src_name, target[-1], dst, dst_name)
                 except FileNotFoundError:
                     continue  # src moved away, or dst's folder was pruned: look again
-                except BaseException:
+                except BaseException as error:
                     self._prune(target, dst_segments)
+                    if isinstance(error, OSError):
+                        raise self._whole_paths(error, f"rename {src!r} to {dst!r}",
+                                                src.rpartition("/")[0],
+                                                dst.rpartition("/")[0]) from error
                     raise
                 finally:
                     _release(target)
@@ -955,6 +980,10 @@ class DirectoryStore(Store):
                     continue
                 try:
                     moved = self._move_into(source[-1], src_name, target, dst_segments, dst_name)
+                except OSError as error:
+                    raise self._whole_paths(error, f"rename {src!r} to {dst!r}",
+                                            src.rpartition("/")[0],
+                                            dst.rpartition("/")[0]) from error
                 finally:
                     _release(target)
                 if moved is None:
