@@ -21,8 +21,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,6 +136,37 @@ def record_section(begin: str, end: str, text: str, path: Path = BENCHMARKS_MD) 
         new = old.rstrip("\n") + "\n\n" + section + "\n"
     path.write_text(new)
     print(f"recorded in {path}", file=sys.stderr)
+
+
+# --------------------------------------------------- the code of another commit
+@contextmanager
+def baseline_checkout(rev: str) -> Iterator[Path]:
+    """A detached git worktree of ``rev`` (this repository's), removed afterwards.
+
+    The version-against-version scripts (``bench_fuse_versions.py``,
+    ``bench_versions.py``) run the baseline's code from it, by
+    ``pythonpath_env``.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="zstores-baseline-"))
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q",
+                    str(folder / "tree"), rev], check=True)
+    try:
+        yield folder / "tree"
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                        str(folder / "tree")], check=False)
+        os.rmdir(folder)
+
+
+def pythonpath_env(tree: Path | None) -> dict[str, str]:
+    """The environment importing ``zstores``/``zfuse`` from ``tree`` (None: this checkout).
+
+    ``PYTHONPATH`` comes before the editable install of the shared venv; a
+    child that must be sure checks ``zstores.__file__`` (``bench_versions.py`` does).
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(tree if tree is not None else ROOT)
+    return env
 
 
 # ------------------------------------------------------------------- peers

@@ -35,13 +35,18 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from bench_fuse import open_read_close, read_file, timed_pass
 
-from bench_common import add_run_options, drop_cold, drop_page_cache, record_section
+from bench_common import (
+    add_run_options,
+    baseline_checkout,
+    drop_cold,
+    drop_page_cache,
+    pythonpath_env,
+    record_section,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- bench_fuse_versions:begin -->", "<!-- bench_fuse_versions:end -->"
@@ -50,27 +55,6 @@ MIB = 1 << 20
 BASELINE = "2560591"
 MOUNTS = {"read-write": (), "read-only": ("--read-only",)}
 CODES = ("current", "baseline")
-
-
-@contextmanager
-def baseline_checkout(rev: str) -> Iterator[Path]:
-    """A detached git worktree of ``rev``, removed afterwards."""
-    folder = Path(tempfile.mkdtemp(prefix="zfuse-baseline-"))
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q",
-                    str(folder / "tree"), rev], check=True)
-    try:
-        yield folder / "tree"
-    finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                        str(folder / "tree")], check=False)
-        os.rmdir(folder)
-
-
-def zfuse_env(tree: Path | None) -> dict[str, str]:
-    """The environment running the ``zfuse`` of ``tree`` (None: this checkout)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(tree if tree is not None else ROOT)
-    return env
 
 
 def mount(url: str, mountpoint: Path, options: tuple[str, ...], env: dict[str, str]) -> int:
@@ -149,7 +133,7 @@ def one_mount(url: str, mountpoint: Path, options: tuple[str, ...], env: dict[st
 
 
 def run(args: argparse.Namespace, baseline: Path, work: Path) -> list[str]:
-    envs = {"current": zfuse_env(None), "baseline": zfuse_env(baseline)}
+    envs = {"current": pythonpath_env(None), "baseline": pythonpath_env(baseline)}
     samples: dict[tuple[str, str, str, str], list[tuple[float, float]]] = defaultdict(list)
     for kind in args.backends:
         folder = work / kind

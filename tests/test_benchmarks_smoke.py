@@ -144,3 +144,12 @@ def test_bench_cluster_smoke(redis_url: str) -> None:
     out = run_smoke(sys.executable, "bench_cluster.py")
     for op in ("set", "get", "getitems"):
         assert f"| {op} |" in out, out
+
+
+def test_bench_versions_smoke() -> None:
+    out = run_smoke(sys.executable, "bench_versions.py")
+    for backend in ("LMDB", "SQLite", "Directory", "Memory", "Zip"):
+        for op in ("get 16 B", "set 64 KiB", "getitems 100 x 16 B", "listdir of 1,000 keys",
+                   "len(store)", "zarr 3: read 64 x 64 KiB chunks"):
+            assert f"| {backend} | {op} |" in out, (backend, op)
+    assert "zstores of commit HEAD" in out
