@@ -425,17 +425,17 @@ class LMDBStore(Store):
         return key
 
     def _get(self, key: str) -> bytes:
-        # The hot path: one attempt, no closure, no retry loop; the value is
-        # copied into bytes inside the transaction, once (_copy asks for a
-        # large value's pages first).  A miss (the map must change first)
+        # The hot path: one attempt, no closure, no retry loop; transact
+        # copies the value into bytes inside the transaction, once (a large
+        # value's pages asked for first).  A miss (the map must change first)
         # takes the general path, outside the gate.
         encoded = key.encode()
         try:
-            value = self._shared.transact(_copy_value, encoded)  # type: ignore[union-attr]
+            value = self._shared.transact(None, encoded)  # type: ignore[union-attr]
         except lmdb.Error as error:
             raise self._error(error, False) from error
         if value.__class__ is _Remap:
-            value = self._run(lambda txn: _copy_value(txn, encoded))
+            value = self._run(lambda txn: _copy(txn.get(encoded)))
         if value is None:
             raise KeyError(key)
         return value  # type: ignore[return-value]
@@ -933,19 +933,6 @@ def _keys_under(cursor: lmdb.Cursor, prefix: bytes) -> Iterable[Any]:
 def _apply(txn: lmdb.Transaction, work: Callable[[lmdb.Transaction], T]) -> T:
     """``_SharedEnv.run`` work running a store's own ``work(txn)``."""
     return work(txn)
-
-
-def _copy_value(txn: lmdb.Transaction, key: bytes) -> bytes | None:
-    """``_SharedEnv.transact`` work of ``_get``: the value copied out of the map, or None.
-
-    ``_copy`` written out: on the hot path of every get, one call less.
-    """
-    value = txn.get(key)
-    if value is None:
-        return None
-    if len(value) >= _PREFETCH_BYTES:
-        _prefetch(value)
-    return bytes(value)
 
 
 def _put(txn: lmdb.Transaction, item: tuple[bytes, Buffer]) -> None:
