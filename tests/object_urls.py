@@ -47,6 +47,13 @@ def new_s3_bucket(endpoint: str) -> str:
     return bucket
 
 
+#: The stores' reachability check at open (5 s by default) waits this long for
+#: an emulator: at a load average of 16 moto once took over 4 s to answer, at
+#: load 2 an Azurite error's SDK retry (backing off) took over 5 s, and with two
+#: suites running at once Azurite once gave no answer within 5 s.
+EMULATOR_CONNECT_TIMEOUT = 30
+
+
 def s3_options(endpoint: str) -> dict[str, str]:
     """The S3Store keywords reaching the emulator at ``endpoint``."""
     return {"endpoint_url": endpoint, "access_key_id": S3_KEY_ID,
@@ -58,7 +65,7 @@ def s3_store_url(endpoint: str, bucket: str, prefix: str = "", *,
     """``s3://bucket/prefix?endpoint_url=...`` (credentials in the query unless told not)."""
     options = s3_options(endpoint) if credentials else {"endpoint_url": endpoint,
                                                         "region": S3_REGION}
-    query = urlencode({**options, **extra})
+    query = urlencode({**options, "connect_timeout": EMULATOR_CONNECT_TIMEOUT, **extra})
     return f"s3://{bucket}/{quote(prefix)}?{query}"
 
 
@@ -79,7 +86,7 @@ def new_azure_container(endpoint: str) -> str:
 def azure_store_url(endpoint: str, container: str, prefix: str = "") -> str:
     """``az://container/prefix?...`` with Azurite's development account and key."""
     query = urlencode({"endpoint_url": endpoint, "account_name": AZURITE_ACCOUNT,
-                       "account_key": AZURITE_KEY})
+                       "account_key": AZURITE_KEY, "connect_timeout": EMULATOR_CONNECT_TIMEOUT})
     return f"az://{container}/{quote(prefix)}?{query}"
 
 
@@ -101,4 +108,5 @@ def gcs_options(endpoint: str) -> dict[str, str]:
 
 def gcs_store_url(endpoint: str, bucket: str, prefix: str = "") -> str:
     """``gs://bucket/prefix?endpoint_url=...&via=fsspec&token=...``."""
-    return f"gs://{bucket}/{quote(prefix)}?{urlencode(gcs_options(endpoint))}"
+    query = urlencode({**gcs_options(endpoint), "connect_timeout": EMULATOR_CONNECT_TIMEOUT})
+    return f"gs://{bucket}/{quote(prefix)}?{query}"

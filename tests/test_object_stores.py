@@ -40,6 +40,7 @@ from zstores.stores.objectstore import AzureStore, GCSStore, HTTPStore, S3Store
 from zstores.testing import StoreTests
 
 from conftest import missing_peer, require_module
+from object_urls import EMULATOR_CONNECT_TIMEOUT
 from servers import (
     AZURITE_KEY,
     MotoS3Server,
@@ -94,10 +95,6 @@ def boto3_client(url: str):
         aws_secret_access_key=S3_SECRET, region_name="us-east-1")
 
 
-#: The stores' reachability check at open (5 s by default) waits this long for
-#: an emulator: at a load average of 16 moto once took over 4 s to answer, and
-#: at load 2 an Azurite error's SDK retry (backing off) took over 5 s.
-EMULATOR_CONNECT_TIMEOUT = 30
 
 
 def s3_options(url: str, connect_timeout: float = EMULATOR_CONNECT_TIMEOUT) -> dict:
