@@ -179,17 +179,40 @@ def test_old_and_new_import_paths() -> None:
     assert {"migrate_2to3", "plan_2to3"} <= set(zstores.__all__) & set(dir(zstores))
 
 
-def test_migrate_usage_lists_its_options() -> None:
+def _usage_lines(doc: str) -> dict[str, str]:
+    """Each subcommand's usage in the module docstring, continuation lines joined."""
+    usages: dict[str, str] = {}
+    name = None
+    for raw in doc.splitlines():
+        line = raw.strip()
+        if line.startswith("zstores ") and not line.startswith("zstores --"):
+            name = line.split()[1]
+            usages[name] = line
+        elif name and line and raw.startswith(" " * 8):  # a usage's continuation
+            usages[name] += " " + line
+        else:
+            name = None
+    return usages
+
+
+def test_usage_lines_list_every_option() -> None:
     import zstores.cli
 
-    # The module's usage line for migrate names every option its parser takes.
-    line = next(line.strip() for line in zstores.cli.__doc__.splitlines()
-                if line.strip().startswith("zstores migrate URL"))
+    # The module's usage line of each subcommand names every option its parser takes.
+    usages = _usage_lines(zstores.cli.__doc__)
     parser = zstores.cli.build_parser()
     commands = next(action for action in parser._actions
                     if isinstance(action, argparse._SubParsersAction))
-    options = {option for action in commands.choices["migrate"]._actions
-               for option in action.option_strings if option.startswith("--")}
-    options -= {"--help", "--debug"}  # every subcommand's
+    assert set(usages) == set(commands.choices)
+    for name, subparser in commands.choices.items():
+        line = usages[name]
+
+        def named(option: str, line: str = line) -> bool:
+            return f"[{option}" in line or f"| {option}]" in line
+
+        missing = {action.option_strings[-1] for action in subparser._actions
+                   if action.option_strings and action.dest not in ("help", "debug")
+                   and not any(named(option) for option in action.option_strings)}
+        assert missing == set(), line
+    line = usages["migrate"]
     assert "[--to 2|3]" in line and "[--dry-run]" in line and "[--remove-v2-metadata]" in line
-    assert {option for option in options if f"[{option}" not in line} == set(), line

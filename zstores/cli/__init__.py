@@ -7,12 +7,14 @@
     zstores info URL [PATH] [--json]
     zstores attrs URL [PATH] [--json]
     zstores cat URL PATH [--json]
-    zstores du URL [PATH] [--bytes] [--json]
-    zstores cp SRC DST [PATH] [--jobs N] [--if-exists skip|overwrite|error] [--json]
-    zstores verify URL [PATH] [--jobs N] [--against SRC] [--json]
-    zstores rm URL PATH [--dry-run] [--yes] [--json]
-    zstores consolidate URL [--json]
-    zstores migrate URL [--to 2|3] [--dry-run] [--skip-broken] [--remove-v2-metadata] [--json]
+    zstores du URL [PATH] [--bytes] [--progress | --no-progress] [--json]
+    zstores cp SRC DST [PATH] [--jobs N] [--if-exists skip|overwrite|error] [--verify]
+               [--progress | --no-progress] [--json]
+    zstores verify URL [PATH] [--jobs N] [--against SRC] [--progress | --no-progress] [--json]
+    zstores rm URL PATH [--dry-run] [--yes] [--progress | --no-progress] [--json]
+    zstores consolidate URL [--progress | --no-progress] [--json]
+    zstores migrate URL [--to 2|3] [--dry-run] [--skip-broken] [--remove-v2-metadata]
+                    [--progress | --no-progress] [--json]
     zstores --version
 
 Every subcommand takes a store URL as ``zstores.open_store`` does (a plain
