@@ -118,61 +118,6 @@ def take_lock(sync: Any, key: str, connection: Any) -> None:
         connection.send("held")
 
 
-class FreezingRelay:
-    """A TCP relay on loopback to a server's port: ``freeze()`` holds every byte until ``heal()``.
-
-    As a network partition does: what a client sends while frozen is neither
-    lost nor delivered; it arrives when the link heals, however late.
-    """
-
-    def __init__(self, port: int) -> None:
-        import socket
-
-        self._target = port
-        self._open = threading.Event()
-        self._open.set()
-        self._sockets: list[Any] = []
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        import socket
-
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return  # closed
-            server = socket.create_connection(("127.0.0.1", self._target))
-            self._sockets += [client, server]
-            for source, target in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
-
-    def _pump(self, source: Any, target: Any) -> None:
-        import socket
-
-        try:
-            while data := source.recv(1 << 16):
-                self._open.wait()
-                target.sendall(data)
-            target.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
-    def freeze(self) -> None:
-        self._open.clear()
-
-    def heal(self) -> None:
-        self._open.set()
-
-    def close(self) -> None:
-        self._open.set()
-        self._listener.close()
-        for sock in self._sockets:
-            sock.close()
-
-
 class LinePipe:
     """``send`` and ``recv`` of a multiprocessing connection over stdin and stdout (JSON lines).
 

@@ -37,6 +37,8 @@ from zstores.keys import prefix_of
 from zstores.sync import locks
 from zstores.sync.fencing import FENCE_PREFIX
 
+from relays import FreezingRelay
+
 zarr = pytest.importorskip("zarr")
 redis = pytest.importorskip("redis")
 from zstores.adapters import zarr_store  # noqa: E402 - needs zarr
@@ -402,7 +404,7 @@ def test_a_write_held_up_by_a_partition_never_lands_late(fenced, redis_url):
     once its commit (or SET) was answered, so the outcome is known then.
     """
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    relay = workers.FreezingRelay(port)
+    relay = FreezingRelay(port)
     relayed = redis_url.replace(f":{port}/", f":{relay.port}/")
     prefix = unique("partitioned")
     store = RedisStore(redis_url, prefix=prefix, mode="w")

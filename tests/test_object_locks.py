@@ -35,6 +35,7 @@ from zstores.sync.objects import LOCK_PREFIX
 
 from conftest import require_module
 from object_urls import new_azure_container, new_gcs_bucket, new_s3_bucket, s3_options
+from relays import CountingRelay, FreezingRelay
 from test_fencing import stop, unique, wait_until
 
 require_module("obstore")
@@ -180,7 +181,7 @@ def test_a_holder_whose_renewals_are_blocked_is_refused_at_its_next_write(fenced
     data = zstores.S3Store(location, **options)
     array = make_array(data)
     port = int(s3_endpoint.rsplit(":", 1)[1])
-    relay = fencing_workers.FreezingRelay(port)
+    relay = FreezingRelay(port)
     try:
         lock_store = zstores.S3Store(location, **{**options,
                                                   "endpoint_url": f"http://127.0.0.1:{relay.port}"})
@@ -266,7 +267,7 @@ def test_a_write_held_up_by_a_partition_never_lands_late(fenced, timeouts, bucke
     store = zstores.S3Store(location, **options)
     make_array(store)
     port = int(s3_endpoint.rsplit(":", 1)[1])
-    relay = workers.CountingRelay(port)
+    relay = CountingRelay(port)
     # Long: A waits for its answer as long as the cut lasts.  Short: it gives up
     # during the cut (which lasts at least A's 3 s lease), as a client would.
     seconds = WAIT if timeouts == "long" else SHORT
