@@ -10,6 +10,7 @@ the test controls, so a partition or a dead link happens where the test puts it.
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 from typing import Any
 
@@ -36,7 +37,11 @@ class FreezingRelay:
                 client, _ = self._listener.accept()
             except OSError:
                 return  # closed
-            server = socket.create_connection(("127.0.0.1", self._target))
+            try:
+                server = socket.create_connection(("127.0.0.1", self._target))
+            except OSError:
+                client.close()  # no server (killed): the client's connection ends at once
+                continue
             self._sockets += [client, server]
             for source, target, upstream in ((client, server, True), (server, client, False)):
                 threading.Thread(target=self._pump, args=(source, target, upstream),
@@ -110,9 +115,12 @@ class CuttingRelay(FreezingRelay):
     held until ``close()``, which drops them.  Answers to what got through still flow.
 
     A client writing more than ``budget`` bytes therefore stops midway by construction:
-    its last requests reach the server cut short (an HTTP body missing its end, which
-    the server never completes), and it waits for answers that never come.  ``cut`` is
-    set at that moment; the test then kills the client, as a crash would.
+    its last requests reach the server cut short (an HTTP body missing its end, a
+    command missing its last bytes, which the server never completes), and it waits
+    for answers that never come.  ``cut`` is set at that moment; the test then kills
+    the client, as a crash would, or the server.  When the server's side of a
+    connection ends after the cut, the client's side is reset, as a dead server's
+    kernel would answer: a client blocked sending sees the error at once.
 
     Examples
     --------
@@ -137,6 +145,8 @@ class CuttingRelay(FreezingRelay):
     def _pump(self, source: Any, target: Any, upstream: bool) -> None:
         if not upstream:
             super()._pump(source, target, upstream)  # the server's answers pass
+            if self.cut.is_set():
+                _reset(target)  # the server is gone (killed, or it dropped the connection)
             return
         try:
             while data := source.recv(1 << 16):
@@ -159,3 +169,12 @@ class CuttingRelay(FreezingRelay):
     def close(self) -> None:
         self._closed.set()
         super().close()
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close ``sock`` with a reset (RST), not an orderly end: its peer's next send fails."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    except OSError:
+        pass

@@ -38,6 +38,7 @@ from conftest import missing_peer
 from full_disk import check_acknowledged, delete_half_and_refill, fill_until_full
 from fuse_helpers import run_zfuse, zfuse_mounts
 from raw_access import redis_get, redis_set
+from relays import CuttingRelay
 from servers import chain_text, free_port, silent_server
 from zarr2_roundtrip import decode_array
 
@@ -559,15 +560,29 @@ def test_every_public_call_with_the_server_down_is_typed(private_redis):
     store.close()  # closing never raises a driver error
 
 
+#: Bytes of a 96 MiB write the fault tests' relay lets through before it holds the rest:
+#: the server has a command cut short in its buffer when the test strikes.
+ON_THE_WIRE = 32 << 20
+
+
+def relayed(url: str, relay: CuttingRelay) -> str:
+    """``url`` (a private server's) through ``relay``."""
+    host, port = "127.0.0.1", url.rsplit(":", 1)[1].split("/")[0]
+    return url.replace(f"{host}:{port}/", f"{host}:{relay.port}/", 1)
+
+
 def test_server_killed_during_a_large_setitems(private_redis):
     """SIGKILL the server while a 96 MiB setitems (one MULTI/EXEC of two MSETs) is on
     the wire: the call fails typed and at once; after a restart (append-only file,
-    fsynced always) the batch is there whole or not at all, and older data is intact."""
+    fsynced always) the batch is there whole or not at all, and older data is intact.
+
+    The store reaches the server through a relay that passes the first 32 MiB and
+    then holds the rest, so the kill lands mid-batch by construction."""
     server = private_redis("--appendonly", "yes", "--appendfsync", "always")
-    store = RedisStore(server.url(), prefix="p")
+    relay = CuttingRelay(server.port, budget=ON_THE_WIRE)
+    store = RedisStore(relayed(server.url(), relay), prefix="p")
     store.setitems({"old/0": b"kept", "old/1": b"kept too"})
     batch = {f"new/{i}": bytes([i]) * (8 << 20) for i in range(12)}
-    admin = redis.Redis.from_url(server.url())
     outcome: list[BaseException | None] = []
 
     def write() -> None:
@@ -579,24 +594,20 @@ def test_server_killed_during_a_large_setitems(private_redis):
 
     thread = threading.Thread(target=write)
     thread.start()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and thread.is_alive():
-        clients = admin.client_list()
-        if any(int(c.get("qbuf", 0)) > (1 << 20) or c.get("cmd") in ("multi", "mset")
-               for c in clients if c.get("name") != "admin"):
-            break
-    in_flight = thread.is_alive()
-    server.kill()
-    killed = time.monotonic()
-    thread.join(timeout=30)
-    assert in_flight, "the batch was written before the server could be killed"
+    try:
+        assert relay.cut.wait(timeout=60), "the batch never reached the relay's cut"
+        server.kill()
+        killed = time.monotonic()
+        thread.join(timeout=30)
+    finally:
+        relay.close()
     assert not thread.is_alive(), "setitems hung after the server died"
     assert time.monotonic() - killed < 10
-    admin.close()
-    assert outcome and (outcome[0] is None or isinstance(outcome[0], StoreConnectionError)), outcome
+    assert outcome and isinstance(outcome[0], StoreConnectionError), outcome
     server.start()  # same port; replays the append-only file
+    store = RedisStore(server.url(), prefix="p")
     new = store.getitems(list(batch))
-    assert new in ({}, batch), f"{len(new)} of {len(batch)} keys of one batch"
+    assert new == {}, f"{len(new)} of {len(batch)} keys of a batch cut short"
     assert store.getitems(["old/0", "old/1"]) == {"old/0": b"kept", "old/1": b"kept too"}
     # (A failed call may still have landed whole: the server can die after
     # EXEC ran and before its reply left.)
@@ -719,13 +730,14 @@ def test_server_killed_during_a_commit(private_redis, reads):
     """SIGKILL the server while a 96 MiB commit (a cleared folder, then 12 values of
     8 MiB) is on the wire: the commit fails typed (also when it WATCHes keys it read,
     which redis-py reports as a WatchError) and at once; after a restart (append-only
-    file, fsynced always) the transaction is there whole or not at all."""
+    file, fsynced always) the transaction is there whole or not at all.  The kill
+    lands mid-commit by construction: the store's relay holds all past 32 MiB."""
     server = private_redis("--appendonly", "yes", "--appendfsync", "always")
-    store = RedisStore(server.url(), prefix="p")
+    relay = CuttingRelay(server.port, budget=ON_THE_WIRE)
+    store = RedisStore(relayed(server.url(), relay), prefix="p")
     old = {"old/0": b"kept", "old/1": b"kept too"}
     store.setitems(old)
     new = {f"new/{i}": bytes([i]) * (8 << 20) for i in range(12)}
-    admin = redis.Redis.from_url(server.url())
     outcome: list[BaseException | None] = []
     tx = store.transaction(bind_thread=False)
     if reads:
@@ -742,29 +754,22 @@ def test_server_killed_during_a_commit(private_redis, reads):
 
     thread = threading.Thread(target=commit)
     thread.start()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and thread.is_alive():
-        if any(int(c.get("qbuf", 0)) > (1 << 20) or c.get("cmd") in ("multi", "mset", "exec")
-               for c in admin.client_list()):
-            break
-    in_flight = thread.is_alive()
-    server.kill()
-    killed = time.monotonic()
-    thread.join(timeout=30)
-    admin.close()
-    assert in_flight, "the commit ended before the server could be killed"
+    try:
+        assert relay.cut.wait(timeout=60), "the commit never reached the relay's cut"
+        server.kill()
+        killed = time.monotonic()
+        thread.join(timeout=30)
+    finally:
+        relay.close()
     assert not thread.is_alive(), "the commit hung after the server died"
     assert time.monotonic() - killed < 10
-    assert outcome and (outcome[0] is None or isinstance(outcome[0], StoreConnectionError)), \
-        outcome
-    if outcome[0] is not None:
-        assert not isinstance(outcome[0], redis.RedisError)
-        assert "could not talk to the server" in str(outcome[0])
+    assert outcome and isinstance(outcome[0], StoreConnectionError), outcome
+    assert not isinstance(outcome[0], redis.RedisError)
+    assert "could not talk to the server" in str(outcome[0])
     server.start()  # same port; replays the append-only file
+    store = RedisStore(server.url(), prefix="p")
     after = dict(store.items())
-    assert after in (old, new), f"a commit half applied: {sorted(after)}"
-    # (A failed commit may still have landed whole: the server can die after EXEC
-    # ran and before its reply left.)
+    assert after == old, f"a commit cut short before its EXEC applied: {sorted(after)}"
     with store.transaction():
         store["after"] = b"the store commits again"
     assert store["after"] == b"the store commits again"
@@ -803,9 +808,12 @@ def test_transaction_conflict_across_stores(store, redis_url):
 def test_connection_lost_during_a_commit_is_not_retried(private_redis, reads):
     """The server drops the committing connection (CLIENT KILL) while a 96 MiB commit
     is on the wire: the commit raises StoreConnectionError and is never sent again
-    (one MULTI on the server), since after a lost reply nobody knows whether EXEC ran."""
+    (one MULTI on the server), since after a lost reply nobody knows whether EXEC ran.
+    The store's relay holds all past 32 MiB, so the drop lands mid-commit by
+    construction; a commit sent again would stall at the relay and fail the test."""
     server = private_redis()
-    store = RedisStore(server.url(), prefix="p")
+    relay = CuttingRelay(server.port, budget=ON_THE_WIRE)
+    store = RedisStore(relayed(server.url(), relay), prefix="p")
     store["old/0"] = b"kept"
     admin = redis.Redis.from_url(server.url())
     admin.client_setname("admin")
@@ -825,19 +833,18 @@ def test_connection_lost_during_a_commit_is_not_retried(private_redis, reads):
 
     thread = threading.Thread(target=commit)
     thread.start()
-    killed = 0
-    deadline = time.monotonic() + 30
-    while not killed and time.monotonic() < deadline and thread.is_alive():
-        for client in admin.client_list():
-            if client.get("name") != "admin" and (
-                    int(client.get("qbuf", 0)) > (1 << 20) or client.get("cmd") == "mset"):
-                killed = admin.client_kill_filter(_id=client["id"])
-    thread.join(timeout=30)
-    assert killed, "the commit ended before its connection could be dropped"
+    try:
+        assert relay.cut.wait(timeout=60), "the commit never reached the relay's cut"
+        killed = admin.client_kill_filter(_type="normal", skipme=True)  # the store's
+        thread.join(timeout=30)
+    finally:
+        relay.close()
+    assert killed, "no connection of the store to drop"
     assert outcome and isinstance(outcome[0], StoreConnectionError), outcome
     stats = admin.info("commandstats")
     assert stats.get("cmdstat_multi", {}).get("calls", 0) <= 1, stats
     assert stats.get("cmdstat_watch", {}).get("calls", 0) == (1 if reads else 0), stats
+    store = RedisStore(server.url(), prefix="p")
     assert sorted(store) == ["old/0"]  # dropped before EXEC: nothing applied
     admin.close()
     store.close()
