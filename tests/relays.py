@@ -13,6 +13,7 @@ import socket
 import struct
 import threading
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 
 class FreezingRelay:
@@ -49,13 +50,18 @@ class FreezingRelay:
 
     def _pump(self, source: Any, target: Any, upstream: bool) -> None:
         """Copies ``source`` to ``target`` (``upstream``: from the client to the server)."""
+        link = id(source if upstream else target)  # the client's socket names the connection
         try:
             while data := source.recv(1 << 16):
+                self._seen(link, upstream)
                 self._open.wait()
                 target.sendall(data)
             target.shutdown(socket.SHUT_WR)
         except OSError:
             pass
+
+    def _seen(self, link: int, upstream: bool) -> None:
+        """Called as each chunk of connection ``link`` arrives, before it may pass."""
 
     def freeze(self) -> None:
         self._open.clear()
@@ -90,19 +96,11 @@ class CountingRelay(FreezingRelay):
         self.frozen = False
         super().heal()
 
-    def _pump(self, source: Any, target: Any, upstream: bool) -> None:
-        try:
-            link = id(source if upstream else target)
-            while data := source.recv(1 << 16):
-                if upstream and self.frozen:
-                    self.held.add(link)
-                elif not upstream and not self.frozen:
-                    self.answered.add(link)
-                self._open.wait()
-                target.sendall(data)
-            target.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
+    def _seen(self, link: int, upstream: bool) -> None:
+        if upstream and self.frozen:
+            self.held.add(link)
+        elif not upstream and not self.frozen:
+            self.answered.add(link)
 
     def delivered(self) -> bool:
         """Whether every connection that had bytes held has had an answer since."""
@@ -178,3 +176,17 @@ def _reset(sock: socket.socket) -> None:
         sock.close()
     except OSError:
         pass
+
+
+def through(url: str, relay: FreezingRelay) -> str:
+    """``url`` of a server on loopback, reaching it through ``relay`` instead (its port).
+
+    Examples
+    --------
+    >>> class Relay: port = 4242
+    >>> through("redis://127.0.0.1:6379/0", Relay())
+    'redis://127.0.0.1:4242/0'
+    """
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.port}",
+                                                                 f":{relay.port}")))

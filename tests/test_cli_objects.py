@@ -47,7 +47,7 @@ from object_urls import (
     s3_env,
     s3_store_url,
 )
-from relays import CuttingRelay
+from relays import CuttingRelay, through
 
 require_module("obstore")
 
@@ -190,10 +190,9 @@ def _link_dying_after(endpoint: str, budget: int) -> Iterator[tuple[str, threadi
     """``endpoint`` reached through a ``CuttingRelay`` that dies after ``budget`` bytes:
     the relayed endpoint and the event set at the cut.  The relay is closed on exit,
     dropping the requests it held cut short."""
-    port = urlsplit(endpoint).port
-    relay = CuttingRelay(port, budget)
+    relay = CuttingRelay(urlsplit(endpoint).port, budget)
     try:
-        yield endpoint.replace(f":{port}", f":{relay.port}", 1), relay.cut
+        yield through(endpoint, relay), relay.cut
     finally:
         relay.close()
 

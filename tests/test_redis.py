@@ -14,7 +14,9 @@ import subprocess
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -38,7 +40,7 @@ from conftest import missing_peer
 from full_disk import check_acknowledged, delete_half_and_refill, fill_until_full
 from fuse_helpers import run_zfuse, zfuse_mounts
 from raw_access import redis_get, redis_set
-from relays import CuttingRelay
+from relays import CuttingRelay, through
 from servers import chain_text, free_port, silent_server
 from zarr2_roundtrip import decode_array
 
@@ -565,10 +567,17 @@ def test_every_public_call_with_the_server_down_is_typed(private_redis):
 ON_THE_WIRE = 32 << 20
 
 
-def relayed(url: str, relay: CuttingRelay) -> str:
-    """``url`` (a private server's) through ``relay``."""
-    host, port = "127.0.0.1", url.rsplit(":", 1)[1].split("/")[0]
-    return url.replace(f"{host}:{port}/", f"{host}:{relay.port}/", 1)
+def strike_at_the_cut(relay: CuttingRelay, writer: threading.Thread,
+                      strike: Callable[[], Any]) -> tuple[Any, float]:
+    """Once ``writer``'s write reaches ``relay``'s cut, ``strike()``; then wait (30 s at
+    most) for the writer.  What ``strike`` returned and when; the relay is closed."""
+    try:
+        assert relay.cut.wait(timeout=60), "the write never reached the relay's cut"
+        struck, when = strike(), time.monotonic()
+        writer.join(timeout=30)
+    finally:
+        relay.close()
+    return struck, when
 
 
 def test_server_killed_during_a_large_setitems(private_redis):
@@ -580,7 +589,7 @@ def test_server_killed_during_a_large_setitems(private_redis):
     then holds the rest, so the kill lands mid-batch by construction."""
     server = private_redis("--appendonly", "yes", "--appendfsync", "always")
     relay = CuttingRelay(server.port, budget=ON_THE_WIRE)
-    store = RedisStore(relayed(server.url(), relay), prefix="p")
+    store = RedisStore(through(server.url(), relay), prefix="p")
     store.setitems({"old/0": b"kept", "old/1": b"kept too"})
     batch = {f"new/{i}": bytes([i]) * (8 << 20) for i in range(12)}
     outcome: list[BaseException | None] = []
@@ -594,13 +603,7 @@ def test_server_killed_during_a_large_setitems(private_redis):
 
     thread = threading.Thread(target=write)
     thread.start()
-    try:
-        assert relay.cut.wait(timeout=60), "the batch never reached the relay's cut"
-        server.kill()
-        killed = time.monotonic()
-        thread.join(timeout=30)
-    finally:
-        relay.close()
+    _, killed = strike_at_the_cut(relay, thread, server.kill)
     assert not thread.is_alive(), "setitems hung after the server died"
     assert time.monotonic() - killed < 10
     assert outcome and isinstance(outcome[0], StoreConnectionError), outcome
@@ -734,7 +737,7 @@ def test_server_killed_during_a_commit(private_redis, reads):
     lands mid-commit by construction: the store's relay holds all past 32 MiB."""
     server = private_redis("--appendonly", "yes", "--appendfsync", "always")
     relay = CuttingRelay(server.port, budget=ON_THE_WIRE)
-    store = RedisStore(relayed(server.url(), relay), prefix="p")
+    store = RedisStore(through(server.url(), relay), prefix="p")
     old = {"old/0": b"kept", "old/1": b"kept too"}
     store.setitems(old)
     new = {f"new/{i}": bytes([i]) * (8 << 20) for i in range(12)}
@@ -754,13 +757,7 @@ def test_server_killed_during_a_commit(private_redis, reads):
 
     thread = threading.Thread(target=commit)
     thread.start()
-    try:
-        assert relay.cut.wait(timeout=60), "the commit never reached the relay's cut"
-        server.kill()
-        killed = time.monotonic()
-        thread.join(timeout=30)
-    finally:
-        relay.close()
+    _, killed = strike_at_the_cut(relay, thread, server.kill)
     assert not thread.is_alive(), "the commit hung after the server died"
     assert time.monotonic() - killed < 10
     assert outcome and isinstance(outcome[0], StoreConnectionError), outcome
@@ -813,7 +810,7 @@ def test_connection_lost_during_a_commit_is_not_retried(private_redis, reads):
     construction; a commit sent again would stall at the relay and fail the test."""
     server = private_redis()
     relay = CuttingRelay(server.port, budget=ON_THE_WIRE)
-    store = RedisStore(relayed(server.url(), relay), prefix="p")
+    store = RedisStore(through(server.url(), relay), prefix="p")
     store["old/0"] = b"kept"
     admin = redis.Redis.from_url(server.url())
     admin.client_setname("admin")
@@ -833,12 +830,8 @@ def test_connection_lost_during_a_commit_is_not_retried(private_redis, reads):
 
     thread = threading.Thread(target=commit)
     thread.start()
-    try:
-        assert relay.cut.wait(timeout=60), "the commit never reached the relay's cut"
-        killed = admin.client_kill_filter(_type="normal", skipme=True)  # the store's
-        thread.join(timeout=30)
-    finally:
-        relay.close()
+    killed, _ = strike_at_the_cut(  # the store's connections
+        relay, thread, lambda: admin.client_kill_filter(_type="normal", skipme=True))
     assert killed, "no connection of the store to drop"
     assert outcome and isinstance(outcome[0], StoreConnectionError), outcome
     stats = admin.info("commandstats")
